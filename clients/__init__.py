@@ -1,0 +1,1 @@
+"""Sluice client libraries."""

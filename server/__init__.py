@@ -1,0 +1,1 @@
+"""Sluice's gRPC inference server."""

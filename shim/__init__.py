@@ -1,0 +1,1 @@
+"""Sluice's HTTP/SSE shim: FastAPI in front of the gRPC server."""
