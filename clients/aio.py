@@ -1,0 +1,173 @@
+"""The asyncio client: `AsyncSluiceClient` and the `AsyncGenerationStream` its `generate` returns.
+
+The same API as `clients.sync`, awaited; request building, decoding and error mapping are shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+import grpc
+from grpc import aio
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
+from clients.channel import ChannelSettings, check_timeout, open_aio_channel
+from clients.codec import InputValue
+from clients.errors import typed_errors
+from clients.messages import (
+    build_generate_request,
+    build_infer_request,
+    chunk_from_response,
+    model_info_from_proto,
+    result_from_response,
+)
+from clients.types import GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
+
+__all__ = ["AsyncGenerationStream", "AsyncSluiceClient"]
+
+
+class AsyncGenerationStream:
+    """An async iterator over the chunks of one Generate call; cancel() or aclose() ends it early.
+
+    Iteration after `cancel()` simply stops; any other failure raises the typed `SluiceError`.
+    """
+
+    def __init__(self, call: aio.UnaryStreamCall[pb.GenerateRequest, pb.GenerateResponse]) -> None:
+        self._call = call
+        self._cancelled = False
+
+    def __aiter__(self) -> AsyncGenerationStream:
+        return self
+
+    async def __anext__(self) -> GenerationChunk:
+        try:
+            with typed_errors():
+                response = await self._call.read()
+        except asyncio.CancelledError:
+            # grpc.aio reports a locally cancelled call as CancelledError; that one ends the iteration,
+            # while a cancellation of the awaiting task itself must propagate.
+            task = asyncio.current_task()
+            if self._cancelled and (task is None or task.cancelling() == 0):
+                raise StopAsyncIteration from None
+            raise
+        if not isinstance(response, pb.GenerateResponse):  # aio.EOF: the server finished the stream
+            raise StopAsyncIteration
+        return chunk_from_response(response)
+
+    def cancel(self) -> None:
+        """Cancel the call; the server sees the cancellation and frees the sequence's slot."""
+        self._cancelled = True
+        self._call.cancel()
+
+    async def aclose(self) -> None:
+        """Release the call; cancels it if it has not finished."""
+        self.cancel()
+
+    async def __aenter__(self) -> AsyncGenerationStream:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncSluiceClient:
+    """An asyncio client of one Sluice server; create and use it on one event loop.
+
+    `timeout` is the default deadline, in seconds, of every call (None: no deadline); each method's
+    `timeout` argument overrides it for that call.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float | None = 30.0,
+        settings: ChannelSettings | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self._timeout = check_timeout(timeout)
+        self._channel = open_aio_channel(target, settings or ChannelSettings(), credentials)
+        self._stub = pb_grpc.InferenceServiceStub(self._channel)
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        return self._timeout if timeout is None else check_timeout(timeout)
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, InputValue],
+        *,
+        priority: PriorityName | None = None,
+        request_id: str | None = None,
+        parameters: Mapping[str, ParameterScalar] | None = None,
+        # ASYNC109 prefers asyncio.timeout, but only a gRPC deadline reaches the server and stops its work.
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> InferResult:
+        """Run one item through a tensor model and return its decoded outputs."""
+        request = build_infer_request(
+            model, inputs, priority=priority, request_id=request_id, parameters=parameters
+        )
+        with typed_errors():
+            response = await self._stub.Infer(request, timeout=self._deadline(timeout))
+        return result_from_response(response)
+
+    def generate(
+        self,
+        model: str,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+        priority: PriorityName | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncGenerationStream:
+        """Start a generation; `async for` over the returned stream (errors surface while iterating)."""
+        request = build_generate_request(
+            model,
+            prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            stop=stop,
+            priority=priority,
+            request_id=request_id,
+        )
+        return AsyncGenerationStream(self._stub.Generate(request, timeout=self._deadline(timeout)))
+
+    async def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:  # noqa: ASYNC109
+        """Every model the server has loaded, sorted by name."""
+        with typed_errors():
+            response = await self._stub.ListModels(pb.ListModelsRequest(), timeout=self._deadline(timeout))
+        return [model_info_from_proto(info) for info in response.models]
+
+    async def get_model(self, name: str, *, timeout: float | None = None) -> ModelInfo:  # noqa: ASYNC109
+        """The metadata of one model; raises NotFoundError for an unknown name."""
+        with typed_errors():
+            response = await self._stub.GetModel(
+                pb.GetModelRequest(name=name), timeout=self._deadline(timeout)
+            )
+        return model_info_from_proto(response.model)
+
+    async def close(self) -> None:
+        """Close the channel; calls still in flight are cancelled."""
+        await self._channel.close(grace=None)
+
+    async def __aenter__(self) -> AsyncSluiceClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,117 @@
+"""Channel settings shared by the sync and asyncio clients: keepalive, message size and retry policy.
+
+Retries follow AIP-194: the channel's service config retries only UNAVAILABLE, and only for the safe
+unary methods. Generate is never retried, because a stream that already produced tokens cannot be
+replayed without duplicating them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import grpc
+from grpc import aio
+
+__all__ = [
+    "SERVICE_NAME",
+    "ChannelSettings",
+    "channel_options",
+    "check_timeout",
+    "open_aio_channel",
+    "open_channel",
+    "service_config",
+]
+
+SERVICE_NAME = "sluice.inference.v1.InferenceService"
+_RETRIED_METHODS = ("Infer", "ListModels", "GetModel")
+
+ChannelOption = tuple[str, str | int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelSettings:
+    """How the client's channel behaves; the defaults suit a server on the same network."""
+
+    # Tensors of a few MiB are routine; the gRPC default of 4 MiB is too tight for them.
+    max_message_bytes: int = 64 * 1024 * 1024
+    # Pings find a dead peer behind a silent load balancer during long generations.
+    keepalive_time_s: float = 30.0
+    keepalive_timeout_s: float = 10.0
+    retry_max_attempts: int = 4
+    retry_initial_backoff_s: float = 0.1
+    retry_max_backoff_s: float = 2.0
+    retry_backoff_multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_message_bytes <= 0:
+            raise ValueError(f"max_message_bytes must be positive, got {self.max_message_bytes}")
+        if self.keepalive_time_s <= 0 or self.keepalive_timeout_s <= 0:
+            raise ValueError("keepalive_time_s and keepalive_timeout_s must be positive")
+        # gRPC ignores a retry policy with fewer than 2 attempts and caps attempts at 5 anyway.
+        if not 2 <= self.retry_max_attempts <= 5:
+            raise ValueError(f"retry_max_attempts must be between 2 and 5, got {self.retry_max_attempts}")
+        if self.retry_initial_backoff_s <= 0 or self.retry_max_backoff_s <= 0:
+            raise ValueError("retry backoffs must be positive")
+        if self.retry_backoff_multiplier <= 0:
+            raise ValueError("retry_backoff_multiplier must be positive")
+
+
+def service_config(settings: ChannelSettings) -> str:
+    """The service config JSON: retry UNAVAILABLE for the unary methods, nothing for Generate."""
+    config = {
+        "methodConfig": [
+            {
+                "name": [{"service": SERVICE_NAME, "method": method} for method in _RETRIED_METHODS],
+                "retryPolicy": {
+                    "maxAttempts": settings.retry_max_attempts,
+                    "initialBackoff": f"{settings.retry_initial_backoff_s}s",
+                    "maxBackoff": f"{settings.retry_max_backoff_s}s",
+                    "backoffMultiplier": settings.retry_backoff_multiplier,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+    return json.dumps(config)
+
+
+def channel_options(settings: ChannelSettings) -> list[ChannelOption]:
+    """The grpc channel arguments for `settings`, identical for sync and aio channels."""
+    return [
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.keepalive_time_ms", int(settings.keepalive_time_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        # Idle connections are not pinged: servers count such pings as abuse and send GOAWAY.
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", service_config(settings)),
+    ]
+
+
+def open_channel(
+    target: str, settings: ChannelSettings, credentials: grpc.ChannelCredentials | None
+) -> grpc.Channel:
+    """A sync channel to `target`, TLS when `credentials` are given."""
+    options = channel_options(settings)
+    if credentials is None:
+        return grpc.insecure_channel(target, options=options)
+    return grpc.secure_channel(target, credentials, options=options)
+
+
+def open_aio_channel(
+    target: str, settings: ChannelSettings, credentials: grpc.ChannelCredentials | None
+) -> aio.Channel:
+    """An asyncio channel to `target`, TLS when `credentials` are given."""
+    options = channel_options(settings)
+    if credentials is None:
+        return aio.insecure_channel(target, options=options)
+    return aio.secure_channel(target, credentials, options=options)
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """Validate a per-call deadline in seconds (None: no deadline), as both clients accept it."""
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
+    return timeout

@@ -1,0 +1,178 @@
+"""Typed client exceptions, and the one function that maps a gRPC error onto them.
+
+Every failed call raises a `SluiceError` subclass chosen by the canonical status code, carrying the
+`google.rpc` details the server attached (AIP-193)::
+
+    SluiceError                    any other code (UNIMPLEMENTED, FAILED_PRECONDITION, UNKNOWN, ...)
+    ├── InvalidArgumentError       INVALID_ARGUMENT  (field_violations from google.rpc.BadRequest)
+    ├── NotFoundError              NOT_FOUND
+    ├── ResourceExhaustedError     RESOURCE_EXHAUSTED (retry_after from google.rpc.RetryInfo)
+    ├── UnavailableError           UNAVAILABLE
+    ├── DeadlineExceededError      DEADLINE_EXCEEDED
+    ├── RequestCancelledError      CANCELLED
+    └── InternalError              INTERNAL
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import cast
+
+import grpc
+
+# googleapis-common-protos ships .pyi files but no py.typed marker, so mypy will not read them.
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status
+
+__all__ = [
+    "DeadlineExceededError",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "RequestCancelledError",
+    "ResourceExhaustedError",
+    "SluiceError",
+    "UnavailableError",
+    "error_from_rpc",
+    "error_from_status",
+    "status_code_from_number",
+    "typed_errors",
+]
+
+
+class SluiceError(Exception):
+    """A call failed with a non-OK gRPC status; the attributes hold the status and its details."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        reason: str | None = None,
+        domain: str | None = None,
+        metadata: dict[str, str] | None = None,
+        retry_after: float | None = None,
+        field_violations: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.domain = domain
+        self.metadata: dict[str, str] = dict(metadata or {})
+        self.retry_after = retry_after
+        self.field_violations: list[tuple[str, str]] = list(field_violations or [])
+
+    def __str__(self) -> str:
+        label = self.code.name + (f"/{self.reason}" if self.reason else "")
+        return f"{label}: {self.message}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(code={self.code.name}, reason={self.reason!r}, message={self.message!r})"
+        )
+
+
+class InvalidArgumentError(SluiceError):
+    """The request was malformed; `field_violations` lists the offending fields."""
+
+
+class NotFoundError(SluiceError):
+    """The named model does not exist on the server."""
+
+
+class ResourceExhaustedError(SluiceError):
+    """The server is overloaded or a quota was hit; `retry_after` says when to try again."""
+
+
+class UnavailableError(SluiceError):
+    """The server could not be reached or is draining; safe unary calls were already retried."""
+
+
+class DeadlineExceededError(SluiceError):
+    """The call's deadline passed before it completed."""
+
+
+class RequestCancelledError(SluiceError):
+    """The call was cancelled; named so that it does not shadow `asyncio.CancelledError`."""
+
+
+class InternalError(SluiceError):
+    """The server hit a bug or an unexpected failure."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[SluiceError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.CANCELLED: RequestCancelledError,
+    grpc.StatusCode.INTERNAL: InternalError,
+}
+
+_CODE_BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def status_code_from_number(number: int) -> grpc.StatusCode:
+    """The `grpc.StatusCode` for a canonical code number; unknown numbers read as UNKNOWN."""
+    return _CODE_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)
+
+
+def error_from_status(code: grpc.StatusCode, message: str, rich: status_pb2.Status | None) -> SluiceError:
+    """Build the typed exception for `code`, unpacking ErrorInfo, RetryInfo and BadRequest from `rich`."""
+    reason: str | None = None
+    domain: str | None = None
+    metadata: dict[str, str] = {}
+    retry_after: float | None = None
+    violations: list[tuple[str, str]] = []
+    for detail in rich.details if rich is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason, domain, metadata = info.reason or None, info.domain or None, dict(info.metadata)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            retry_after = retry.retry_delay.ToTimedelta().total_seconds()
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations.extend((v.field, v.description) for v in bad.field_violations)
+    cls = _BY_CODE.get(code, SluiceError)
+    return cls(
+        code,
+        message,
+        reason=reason,
+        domain=domain,
+        metadata=metadata,
+        retry_after=retry_after,
+        field_violations=violations,
+    )
+
+
+def error_from_rpc(exc: grpc.RpcError) -> SluiceError:
+    """Map a failed sync or aio call (`grpc.RpcError`, `grpc.aio.AioRpcError`) to its typed exception."""
+    code = exc.code()
+    message = exc.details() or ""
+    try:
+        # Sync errors are grpc.Call objects; AioRpcError is not, but has the same synchronous
+        # code/details/trailing_metadata methods, which are all that from_call reads.
+        rich: status_pb2.Status | None = rpc_status.from_call(cast(grpc.Call, exc))
+    except ValueError:
+        # The details disagree with the transport status; the transport status is the authoritative one.
+        rich = None
+    return error_from_status(code, message, rich)
+
+
+@contextmanager
+def typed_errors() -> Iterator[None]:
+    """Re-raise any `grpc.RpcError` inside the block as its typed exception, chained `from` it.
+
+    A plain context manager, so the sync and asyncio clients share it (`with` works inside coroutines).
+    """
+    try:
+        yield
+    except grpc.RpcError as exc:
+        raise error_from_rpc(exc) from exc

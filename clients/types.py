@@ -1,0 +1,102 @@
+"""The result types the clients return: plain dataclasses with no protobuf in them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "DType",
+    "FinishReason",
+    "GenerationChunk",
+    "InferResult",
+    "ModelInfo",
+    "ModelKind",
+    "OutputValue",
+    "ParameterScalar",
+    "PriorityName",
+    "StreamError",
+    "TensorSpec",
+    "Usage",
+]
+
+PriorityName: TypeAlias = Literal["low", "normal", "high"]
+FinishReason: TypeAlias = Literal["length", "stop", "cancelled", "error"]
+# "unspecified" only appears if a server leaves the kind unset; it is reported rather than hidden.
+ModelKind: TypeAlias = Literal["tensor", "generative", "unspecified"]
+DType: TypeAlias = Literal["float32", "float64", "float16", "int32", "int64", "bool", "string", "unspecified"]
+ParameterScalar: TypeAlias = bool | int | float | str
+# A decoded output: an array for numeric tensors, a flat list for STRING tensors.
+OutputValue: TypeAlias = npt.NDArray[np.generic] | list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class InferResult:
+    """The outputs of one Infer call, with the server's timings for it."""
+
+    outputs: dict[str, OutputValue]
+    model: str
+    model_version: str
+    queue_wait_s: float
+    compute_s: float
+    batch_size: int
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one generation, reported on its last chunk."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """The error that ended a stream after it had started (sent in-band, not as the call's status)."""
+
+    code: grpc.StatusCode
+    message: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """One streamed piece of a generation; only the last has `finish_reason` and `usage` set."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    error: StreamError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One input or output of a tensor model; -1 in `shape` marks a variable dimension."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A loaded model's metadata and the limits a request must respect."""
+
+    name: str
+    version: str
+    kind: ModelKind
+    description: str = ""
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    max_batch_size: int = 0
+    context_length: int = 0
+    max_tokens: int = 0
+    max_concurrent_sequences: int = 0
+    device: str = ""
