@@ -1,0 +1,126 @@
+"""AdmissionGate: N slots, at most Q waiters, waiters served by priority with ageing.
+
+Ageing is a static key: a waiter's key is its arrival time minus `priority * ageing_s`, so a HIGH request
+overtakes LOW ones that arrived up to 2 * ageing_s before it, and nothing waits behind newer arrivals forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from server.domain import Priority
+from server.errors import DeadlineExpired, DeadlineUnmeetable, Overloaded
+
+_EWMA = 0.1
+
+
+@dataclass(order=True, slots=True)
+class _Waiter:
+    key: float
+    seq: int
+    future: asyncio.Future[None] = field(compare=False)
+
+
+class AdmissionGate:
+    """A priority semaphore with a bounded wait queue; every acquire is paired with exactly one release."""
+
+    def __init__(self, name: str, *, slots: int, max_waiting: int, ageing_s: float = 0.5) -> None:
+        if slots <= 0:
+            raise ValueError(f"invalid setting max_concurrency for {name}: must be > 0, got {slots}")
+        if max_waiting < 0:
+            raise ValueError(f"invalid setting max_queue for {name}: must be >= 0, got {max_waiting}")
+        self.name = name
+        self.slots = slots
+        self.max_waiting = max_waiting
+        self.ageing_s = ageing_s
+        self.in_use = 0
+        self.waiting = 0
+        self._heap: list[_Waiter] = []
+        self._counter = itertools.count()
+        self._service_s = 0.0  # EWMA of how long a slot is held
+        self._last_release = 0.0
+        self._release_interval_s = 0.0  # EWMA of the time between releases: 1 / drain rate
+
+    def is_full(self) -> bool:
+        """True when a new call would be refused: every slot held and the wait queue at its bound."""
+        return self.in_use >= self.slots and self.waiting >= self.max_waiting
+
+    def retry_after_s(self) -> float:
+        """A retry hint from the drain rate: roughly when the current queue will have drained."""
+        interval = self._release_interval_s or self._service_s / self.slots or 0.05
+        return min(max((self.waiting + 1) * interval, 0.01), 5.0)
+
+    def estimated_wait_s(self) -> float:
+        """Expected time from arrival to completion for a new call, from measured rates (0 when unknown)."""
+        ahead = self.waiting + 1 if self.in_use >= self.slots else 0
+        return ahead * self._release_interval_s + self._service_s
+
+    def overloaded(self) -> Overloaded:
+        return Overloaded(
+            f"{self.name}: {self.in_use} running and {self.waiting} waiting (queue bound {self.max_waiting})",
+            metadata={"queue_depth": self.waiting, "max_queue": self.max_waiting, "in_flight": self.in_use},
+            retry_after_s=self.retry_after_s(),
+        )
+
+    async def acquire(self, priority: Priority, timeout_s: float | None) -> float:
+        """Waits for a slot; returns the time spent waiting. Raises Overloaded / Deadline* when refused."""
+        if timeout_s is not None:
+            if timeout_s <= 0:
+                raise DeadlineExpired("the deadline passed before the request was admitted")
+            estimate = self.estimated_wait_s()
+            if self._service_s and timeout_s < estimate:
+                raise DeadlineUnmeetable(
+                    f"deadline in {timeout_s * 1000:.0f} ms but the estimated wait plus service time is "
+                    f"{estimate * 1000:.0f} ms",
+                    metadata={"timeout_ms": round(timeout_s * 1000), "estimate_ms": round(estimate * 1000)},
+                    retry_after_s=self.retry_after_s(),
+                )
+        if self.in_use < self.slots and not self.waiting:
+            self.in_use += 1
+            return 0.0
+        if self.waiting >= self.max_waiting:
+            raise self.overloaded()
+        start = time.monotonic()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, _Waiter(start - int(priority) * self.ageing_s, next(self._counter), future))
+        self.waiting += 1
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            self._forget(future)
+            raise DeadlineExpired("the deadline passed while the request waited for a slot") from None
+        except asyncio.CancelledError:
+            self._forget(future)
+            raise
+        return time.monotonic() - start
+
+    def release(self, held_s: float) -> None:
+        now = time.monotonic()
+        self._service_s += _EWMA * (held_s - self._service_s) if self._service_s else held_s
+        if self._last_release:
+            gap = now - self._last_release
+            self._release_interval_s += _EWMA * (gap - self._release_interval_s)
+        self._last_release = now
+        while self._heap:
+            waiter = heapq.heappop(self._heap)
+            if not waiter.future.done():
+                self.waiting -= 1
+                waiter.future.set_result(None)  # the slot passes straight to the waiter
+                return
+        self.in_use -= 1
+
+    def _forget(self, future: asyncio.Future[None]) -> None:
+        """Undoes a wait that ended without a slot; if the slot arrived meanwhile, hands it on."""
+        if future.done() and not future.cancelled():
+            self.release(self._service_s)
+            return
+        future.cancel()
+        self.waiting -= 1
+        # Cancelled waiters stay in the heap and are skipped by release(); prune when they dominate.
+        if len(self._heap) > 2 * self.waiting + 16:
+            self._heap = [w for w in self._heap if not w.future.done()]
+            heapq.heapify(self._heap)

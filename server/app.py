@@ -1,0 +1,194 @@
+"""SluiceServer: builds the grpc.aio server (interceptors, servicers, health, reflection), loads and warms
+the models, and drains on shutdown: health NOT_SERVING, refuse new calls, finish in-flight ones, exit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+import torch
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from server.admission.breaker import MemoryBreaker
+from server.admission.gate import AdmissionGate
+from server.admission.interceptor import AdmissionInterceptor, GuardedMethod
+from server.batching.continuous import ContinuousScheduler
+from server.batching.dynamic import DynamicBatcher
+from server.batching.worker import ModelWorker
+from server.capacity import plan_capacity
+from server.config import Settings
+from server.memory import make_probe
+from server.metrics import Metrics
+from server.runtimes.base import GenerativeModel, TensorModel
+from server.runtimes.registry import build_models, resolve_device
+from server.servicer import InferenceServicer
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
+READINESS = "sluice.readiness"  # SERVING while new work can be taken; liveness is "" and SERVICE
+_INFER = f"/{SERVICE}/Infer"
+_GENERATE = f"/{SERVICE}/Generate"
+
+
+class SluiceServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        if settings.torch_threads:
+            torch.set_num_threads(settings.torch_threads)
+        self.device = resolve_device(settings.device)
+        self.metrics = Metrics()
+        budget = settings.memory_budget_mb * 1024 * 1024
+        self.breaker = MemoryBreaker(
+            make_probe(settings.memory_probe, self.device, budget),
+            high=settings.high_watermark,
+            low=settings.low_watermark,
+            interval_s=settings.probe_interval_s,
+        )
+        self.infer_gate = AdmissionGate("Infer", slots=settings.max_concurrency or 1, max_waiting=settings.max_queue)
+        self.generate_gate = AdmissionGate("Generate", slots=settings.max_sequences, max_waiting=settings.max_queue)
+        self.interceptor = AdmissionInterceptor(
+            self._methods(frozenset(), frozenset()),
+            breaker=self.breaker,
+            metrics=self.metrics,
+            max_message_bytes=settings.max_message_bytes,
+        )
+        self.servicer = InferenceServicer()
+        self.health = health.aio.HealthServicer()
+        limit = 2 * settings.max_message_bytes  # between 1x and 2x the servicer answers with ErrorInfo
+        self.server = grpc.aio.server(
+            interceptors=[self.interceptor],
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                     ("grpc.so_reuseport", 0)],
+        )
+        pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            self.server,
+        )
+        self.workers: list[ModelWorker] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+        self.metrics_port = 0
+
+    def _methods(self, tensor_models: frozenset[str], generative: frozenset[str]) -> dict[str, GuardedMethod]:
+        return {
+            _INFER: GuardedMethod("Infer", self.infer_gate, pb.InferRequest.DESCRIPTOR, tensor_models),
+            _GENERATE: GuardedMethod("Generate", self.generate_gate, pb.GenerateRequest.DESCRIPTOR, generative),
+        }
+
+    async def start(self) -> None:
+        """Listens at once (health NOT_SERVING), then loads and warms models, then reports SERVING."""
+        for name in ("", SERVICE, READINESS):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        await self.server.start()
+        if self.settings.metrics_port >= 0:
+            self.metrics_port = self.metrics.serve(self.settings.host, self.settings.metrics_port)
+        print(f"sluice server listening on {self.settings.host}:{self.port} "
+              f"(metrics http://{self.settings.host}:{self.metrics_port}/metrics)", flush=True)
+        self.tasks.append(asyncio.create_task(self.breaker.run(), name="memory-breaker"))
+        models = await asyncio.to_thread(build_models, self.settings, self.device)
+        batchers: dict[str, DynamicBatcher] = {}
+        schedulers: dict[str, ContinuousScheduler] = {}
+        for model in models:
+            worker = ModelWorker(model.descriptor.name)
+            self.workers.append(worker)
+            if isinstance(model, TensorModel):
+                batchers[model.descriptor.name] = await self._start_tensor_model(model, worker)
+            else:
+                schedulers[model.descriptor.name] = await self._start_generative_model(model, worker)
+        self.servicer.install(batchers, schedulers)
+        self.interceptor.methods = self._methods(frozenset(batchers), frozenset(schedulers))
+        self.generate_gate.slots = max(self.settings.max_sequences * len(schedulers), 1)
+        self.interceptor.ready = True
+        self.tasks.append(asyncio.create_task(self._track_readiness(), name="readiness"))
+        for name in ("", SERVICE):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        print(f"sluice server ready: {', '.join(sorted(self.servicer.models))} on {self.device}", flush=True)
+
+    async def _start_tensor_model(self, model: TensorModel, worker: ModelWorker) -> DynamicBatcher:
+        plan = await worker.run(plan_capacity, model, self.settings, self.breaker.probe)
+        log.info("capacity for %s: %s", model.descriptor.name, plan.explain())
+        self.infer_gate.slots = self.settings.max_concurrency or plan.max_concurrency
+        await worker.run(model.warmup, self.settings.warmup_steps)
+        batcher = DynamicBatcher(
+            model,
+            worker,
+            max_batch_size=min(self.settings.max_batch_size, plan.max_batch_size),
+            max_delay_s=self.settings.max_delay_ms / 1000,
+            breaker=self.breaker,
+            metrics=self.metrics,
+        )
+        self.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
+        return batcher
+
+    async def _start_generative_model(self, model: GenerativeModel, worker: ModelWorker) -> ContinuousScheduler:
+        s = self.settings
+        cache = await worker.run(model.allocate_cache, s.max_sequences, s.context_length)
+        log.info("KV cache for %s: %d slots x %d tokens = %.1f MiB", model.descriptor.name, s.max_sequences,
+                 s.context_length, cache / 2**20)
+        scheduler = ContinuousScheduler(
+            model,
+            worker,
+            max_sequences=s.max_sequences,
+            context_length=s.context_length,
+            default_max_tokens=s.default_max_tokens,
+            stream_buffer=s.stream_buffer,
+            stall_timeout_s=s.stall_timeout_s,
+            breaker=self.breaker,
+            metrics=self.metrics,
+        )
+        await worker.run(_warm_generative, model, s.warmup_steps)
+        self.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
+        return scheduler
+
+    async def _track_readiness(self) -> None:
+        """Readiness follows the breaker and the queues; liveness never does (a restart would lose work)."""
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        current = None
+        while True:
+            reading = self.breaker.last
+            self.metrics.memory_used.labels(self.breaker.probe.name).set(reading.used_bytes)
+            self.metrics.memory_reserved.labels(self.breaker.probe.name).set(reading.reserved_bytes)
+            self.metrics.memory_budget.labels(self.breaker.probe.name).set(reading.budget_bytes)
+            self.metrics.breaker_open.set(1 if self.breaker.is_open else 0)
+            busy = self.breaker.is_open or self.infer_gate.is_full() or self.generate_gate.is_full()
+            state = not_serving if busy or self.interceptor.draining else serving
+            if state != current:
+                await self.health.set(READINESS, state)
+                current = state
+            await asyncio.sleep(self.settings.probe_interval_s)
+
+    async def drain(self) -> None:
+        """SIGTERM: NOT_SERVING first, refuse new calls, let streams finish within the grace period."""
+        log.warning("draining: grace %.1fs", self.settings.grace_s)
+        self.interceptor.draining = True
+        await self.health.enter_graceful_shutdown()
+        # Streams still running just before the grace period ends get a clean final message.
+        for scheduler in self.servicer.schedulers.values():
+            scheduler.begin_drain(max(self.settings.grace_s - 0.5, 0.0))
+        await self.server.stop(self.settings.grace_s)
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for worker in self.workers:
+            worker.shutdown()
+
+
+def _warm_generative(model: GenerativeModel, steps: int) -> None:
+    """Runs prefill and decode on slot 0 so the first real request does not pay for lazy initialisation."""
+    for _ in range(steps):
+        logits = model.prefill(0, [1, 2, 3, 4])
+        token = torch.tensor([int(logits.argmax())], device=model.device)
+        model.decode([0], token, torch.tensor([4], device=model.device))
+    model.release(0)

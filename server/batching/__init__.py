@@ -1,0 +1,1 @@
+"""Batching: the dynamic batcher for Infer and the continuous (iteration-level) scheduler for Generate."""

@@ -1,0 +1,380 @@
+"""ContinuousScheduler: iteration-level batching for Generate.
+
+Each iteration is a step boundary: finished, cancelled and stalled sequences leave and free their KV slot;
+waiting sequences join (prefilled in the same worker call); then one decode step runs over every sequence
+whose consumer has room. Paused sequences keep their cache and rejoin when their consumer catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from server.admission.breaker import MemoryBreaker
+from server.batching.sampling import sample, uniforms
+from server.batching.slots import SlotPool
+from server.batching.stream import TokenStream, merge
+from server.batching.text import TextAssembler
+from server.batching.worker import ModelWorker
+from server.domain import FinishReason, GenerateSpec, SamplingParams, StreamError, TokenChunk, Usage
+from server.errors import (
+    InvalidArgument,
+    LimitExceeded,
+    ModelFailure,
+    OutOfMemory,
+    ShuttingDown,
+    SluiceError,
+    StalledConsumer,
+)
+from server.metrics import Metrics
+from server.runtimes.base import GenerativeModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class GenSequence:
+    """One generation's state; `position` counts the tokens already written to its KV slot."""
+
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    stream: TokenStream
+    text: TextAssembler
+    arrived: float
+    slot: int | None = None
+    position: int = 0
+    last_token: int = -1
+    generated: int = 0
+    cancel_step: int | None = None
+    paused_since: float | None = None
+    done: bool = False
+
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=len(self.prompt), completion_tokens=self.generated)
+
+
+class ContinuousScheduler:
+    def __init__(
+        self,
+        model: GenerativeModel,
+        worker: ModelWorker,
+        *,
+        max_sequences: int,
+        context_length: int,
+        default_max_tokens: int,
+        stream_buffer: int,
+        stall_timeout_s: float,
+        breaker: MemoryBreaker | None,
+        metrics: Metrics,
+    ) -> None:
+        self.model = model
+        self.worker = worker
+        self.pool = SlotPool(max_sequences, context_length)
+        self.default_max_tokens = default_max_tokens
+        self.stream_buffer = stream_buffer
+        self.stall_timeout_s = stall_timeout_s
+        self.breaker = breaker
+        self.joining: deque[GenSequence] = deque()
+        self.active: list[GenSequence] = []
+        self.steps_started = 0
+        self.drain_deadline: float | None = None
+        self._wake = asyncio.Event()
+        name = model.descriptor.name
+        self._m_tokens = metrics.tokens.labels(name)
+        self._m_discarded = metrics.tokens_discarded.labels(name)
+        self._m_after_cancel = metrics.tokens_after_cancel.labels(name)
+        self._m_active = metrics.sequences.labels(name)
+        self._m_paused = metrics.sequences_paused.labels(name)
+        self._m_stalled = metrics.stalled.labels(name)
+        self._m_slots = metrics.kv_slots.labels(name)
+        self._m_kv_tokens = metrics.kv_tokens.labels(name)
+        self._m_ttft = metrics.ttft.labels(name)
+        self._m_compute = metrics.compute.labels(name, "Generate")
+        self._m_batch = metrics.batch_size.labels(name, "Generate")
+        self._m_oom = metrics.oom.labels(name)
+
+    # -- the request side (event loop) ------------------------------------------------------------
+    def submit(self, spec: GenerateSpec) -> GenSequence:
+        """Validates against the model's limits (raising before the stream starts) and queues to join."""
+        prompt, params = self._validate(spec)
+        seed = spec.seed if spec.seed is not None else secrets.randbits(63)
+        seq = GenSequence(prompt, params, seed, TokenStream(self.stream_buffer, self._wake.set),
+                          TextAssembler(params.stop), time.monotonic())
+        self.joining.append(seq)
+        self._wake.set()
+        return seq
+
+    async def chunks(self, seq: GenSequence) -> AsyncIterator[TokenChunk]:
+        """Yields coalesced output until the final chunk; leaving early cancels the sequence."""
+        try:
+            while True:
+                buffered, final = await seq.stream.take()
+                if buffered or final is not None:
+                    yield merge(buffered, final)
+                if final is not None:
+                    return
+        finally:
+            self.cancel(seq)
+
+    def cancel(self, seq: GenSequence) -> None:
+        """Marks the sequence; it leaves at the next step boundary (at once if it has not joined)."""
+        if seq.done or seq.cancel_step is not None:
+            return
+        seq.cancel_step = self.steps_started
+        if seq.slot is None:
+            with contextlib.suppress(ValueError):
+                self.joining.remove(seq)
+            seq.done = True
+        self._wake.set()
+
+    def begin_drain(self, grace_s: float) -> None:
+        """Sequences still running after grace_s end with FINISH_REASON_CANCELLED / SHUTTING_DOWN."""
+        self.drain_deadline = time.monotonic() + grace_s
+        self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        return not self.active and not self.joining
+
+    # -- the loop ------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            now = time.monotonic()
+            if self.drain_deadline is not None and now >= self.drain_deadline:
+                self._end_all(ShuttingDown("the server is shutting down"))
+            self._retire()
+            runnable = self._runnable(now)
+            joiners = self._admit_joiners()
+            self._publish_gauges(len(runnable))
+            if not runnable and not joiners:
+                timeout = self._next_timer(now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            await self._step(joiners, runnable)
+
+    def _runnable(self, now: float) -> list[GenSequence]:
+        runnable = []
+        for seq in self.active:
+            if seq.stream.has_room():
+                seq.paused_since = None
+                runnable.append(seq)
+            elif seq.paused_since is None:
+                seq.paused_since = now
+            elif now - seq.paused_since > self.stall_timeout_s:
+                self._m_stalled.inc()
+                self._finish(seq, FinishReason.CANCELLED, error=StalledConsumer(
+                    f"the consumer read nothing for {self.stall_timeout_s:g}s; the stream was ended"))
+        return runnable
+
+    def _admit_joiners(self) -> list[GenSequence]:
+        joiners = []
+        while self.joining and (slot := self.pool.acquire()) is not None:
+            seq = self.joining.popleft()
+            seq.slot = slot
+            self.pool.set_tokens(slot, len(seq.prompt))
+            joiners.append(seq)
+        return joiners
+
+    async def _step(self, joiners: list[GenSequence], runnable: list[GenSequence]) -> None:
+        step = self.steps_started
+        self.steps_started += 1
+        batch = joiners + runnable
+        params = [s.params for s in batch]
+        seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
+        counters = np.fromiter((s.generated for s in batch), dtype=np.int64, count=len(batch))
+        started = time.monotonic()
+        self.active.extend(joiners)
+        try:
+            tokens = await self.worker.run(
+                self._compute,
+                [(s.slot, s.prompt) for s in joiners],
+                [s.slot for s in runnable],
+                [s.last_token for s in runnable],
+                [s.position for s in runnable],
+                params,
+                uniforms(seeds, counters),
+            )
+        except Exception as exc:  # the whole step failed: its sequences end with an error, others go on
+            error = self._step_error(exc)
+            for seq in batch:
+                self._finish(seq, FinishReason.ERROR, error=error)
+            return
+        self._m_compute.observe(time.monotonic() - started)
+        self._m_batch.observe(len(batch))
+        self._m_tokens.inc(len(tokens))
+        for seq in joiners:
+            seq.position = len(seq.prompt)
+        for seq in runnable:
+            seq.position += 1
+        for seq, token in zip(batch, tokens, strict=True):
+            self._deliver(seq, token, step)
+
+    def _compute(
+        self,
+        prefills: list[tuple[int | None, list[int]]],
+        slots: list[int | None],
+        last_tokens: list[int],
+        positions: list[int],
+        params: list[SamplingParams],
+        u: np.ndarray,
+    ) -> list[int]:
+        """Runs on the worker thread: prefill the joiners, one decode step for the rest, sample all rows."""
+        device = self.model.device
+        rows = [self.model.prefill(slot, ids) for slot, ids in prefills if slot is not None]
+        logits = torch.stack(rows) if rows else None
+        if slots:
+            decoded = self.model.decode(
+                [s for s in slots if s is not None],
+                torch.tensor(last_tokens, device=device),
+                torch.tensor(positions, device=device),
+            )
+            logits = decoded if logits is None else torch.cat([logits, decoded])
+        if logits is None:
+            raise RuntimeError("a step needs at least one sequence")
+        chosen = sample(
+            logits,
+            temperature=torch.tensor([p.temperature for p in params], device=device),
+            top_k=torch.tensor([p.top_k for p in params], device=device),
+            top_p=torch.tensor([p.top_p for p in params], device=device),
+            u=torch.from_numpy(u).to(device),
+        )
+        return [int(t) for t in chosen.tolist()]
+
+    def _deliver(self, seq: GenSequence, token: int, step: int) -> None:
+        if seq.cancel_step is not None or seq.done:
+            # Computed in the step that was in flight when the consumer left; never sent.
+            (self._m_after_cancel if seq.cancel_step is not None and seq.cancel_step < step
+             else self._m_discarded).inc()
+            return
+        if seq.generated == 0:
+            self._m_ttft.observe(time.monotonic() - seq.arrived)
+        seq.generated += 1
+        seq.last_token = token
+        if seq.slot is not None:
+            self.pool.set_tokens(seq.slot, seq.position)
+        if token == self.model.eos_id:
+            self._finish(seq, FinishReason.STOP, chunk=TokenChunk(text=seq.text.flush(), token_ids=[token]))
+            return
+        text, stopped = seq.text.feed(self.model.token_bytes(token))
+        chunk = TokenChunk(text=text, token_ids=[token])
+        if stopped:
+            self._finish(seq, FinishReason.STOP, chunk=chunk)
+        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.pool.context_length:
+            chunk.text += seq.text.flush()
+            self._finish(seq, FinishReason.LENGTH, chunk=chunk)
+        else:
+            seq.stream.push(chunk)
+
+    def _finish(
+        self, seq: GenSequence, reason: FinishReason, *, chunk: TokenChunk | None = None,
+        error: SluiceError | None = None,
+    ) -> None:
+        final = chunk or TokenChunk()
+        final.finish_reason = reason
+        final.usage = seq.usage()
+        if error is not None:
+            final.error = StreamError(code=error.code, message=error.message, reason=error.reason)
+        seq.stream.finish(final)
+        seq.done = True
+
+    def _retire(self) -> None:
+        keep = []
+        for seq in self.active:
+            if seq.done or seq.cancel_step is not None:
+                if not seq.done:
+                    self._finish(seq, FinishReason.CANCELLED)
+                if seq.slot is not None:
+                    self.pool.release(seq.slot)
+                    self.model.release(seq.slot)
+                    seq.slot = None
+            else:
+                keep.append(seq)
+        self.active = keep
+
+    def _end_all(self, error: SluiceError) -> None:
+        for seq in [*self.active, *self.joining]:
+            if not seq.done:
+                self._finish(seq, FinishReason.CANCELLED, error=error)
+        self.joining.clear()
+
+    def _next_timer(self, now: float) -> float | None:
+        timers = [s.paused_since + self.stall_timeout_s - now for s in self.active if s.paused_since is not None]
+        if self.drain_deadline is not None:
+            timers.append(self.drain_deadline - now)
+        return max(min(timers), 0.0) + 0.001 if timers else None
+
+    def _publish_gauges(self, runnable: int) -> None:
+        self._m_active.set(len(self.active))
+        self._m_paused.set(len(self.active) - runnable)
+        self._m_slots.set(self.pool.in_use)
+        self._m_kv_tokens.set(self.pool.tokens_in_use)
+
+    def _step_error(self, exc: Exception) -> SluiceError:
+        if isinstance(exc, torch.OutOfMemoryError):
+            self._m_oom.inc()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if self.breaker is not None:
+                self.breaker.trip(f"out of memory in {self.model.descriptor.name}: {exc}")
+            return OutOfMemory("out of memory during a decode step", retry_after_s=1.0)
+        if isinstance(exc, SluiceError):
+            return exc
+        log.exception("decode step failed", exc_info=exc)
+        return ModelFailure(f"the decode step failed: {type(exc).__name__}: {exc}")
+
+    # -- validation -----------------------------------------------------------------------------------
+    def _validate(self, spec: GenerateSpec) -> tuple[list[int], SamplingParams]:
+        limits = self.model.descriptor.limits
+        context = self.pool.context_length
+        if spec.prompt_ids is not None:
+            prompt = list(spec.prompt_ids)
+            for index, token in enumerate(prompt):
+                if not 0 <= token < self.model.vocab_size:
+                    raise InvalidArgument(
+                        f"token id {token} is outside the vocabulary [0, {self.model.vocab_size})",
+                        field=f"token_ids.ids[{index}]",
+                    )
+            prompt_field = "token_ids.ids"
+        else:
+            prompt = self.model.encode(spec.prompt_text or "")
+            prompt_field = "text"
+        if len(prompt) >= context:
+            raise LimitExceeded(
+                f"the prompt has {len(prompt)} tokens; context_length is {context}",
+                field=prompt_field, metadata={"context_length": context, "prompt_tokens": len(prompt)},
+            )
+        if spec.max_tokens is None:
+            max_tokens = min(self.default_max_tokens, context - len(prompt))
+        else:
+            max_tokens = spec.max_tokens
+            if max_tokens > limits.max_tokens:
+                raise LimitExceeded(
+                    f"max_tokens {max_tokens} exceeds the model's limit of {limits.max_tokens}",
+                    field="sampling.max_tokens", metadata={"max_tokens_limit": limits.max_tokens},
+                )
+            if len(prompt) + max_tokens > context:
+                raise LimitExceeded(
+                    f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds context_length {context}",
+                    field="sampling.max_tokens", metadata={"context_length": context, "prompt_tokens": len(prompt)},
+                )
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if spec.temperature is None else spec.temperature,
+            top_p=1.0 if spec.top_p is None else spec.top_p,
+            top_k=spec.top_k or 0,
+            seed=spec.seed,
+            stop=spec.stop,
+        )
+        return prompt, params

@@ -1,0 +1,49 @@
+"""Batched token sampling whose randomness depends only on (seed, step) of each sequence.
+
+Each row draws its uniform from a counter-based hash (splitmix64) of its own seed and token index, so a
+seeded request samples the same tokens whether it runs alone or among 31 others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def uniforms(seeds: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """One uniform in [0, 1) per row from splitmix64(seed + (step + 1) * golden)."""
+    with np.errstate(over="ignore"):
+        z = seeds.astype(np.uint64) + (steps.astype(np.uint64) + np.uint64(1)) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def sample(
+    logits: torch.Tensor,
+    *,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    u: torch.Tensor,
+) -> torch.Tensor:
+    """Samples one token per row of logits [B, V]; temperature 0 rows are greedy, top_k 0 means no limit."""
+    logits = logits.float()
+    greedy = logits.argmax(dim=-1)
+    vocab = logits.shape[-1]
+    scaled = logits / temperature.clamp_min(1e-6)[:, None]
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=logits.device)[None, :]
+    k = torch.where(top_k > 0, top_k, vocab)[:, None]
+    sorted_logits = sorted_logits.masked_fill(ranks >= k, float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs
+    probs = probs.masked_fill(before >= top_p[:, None], 0.0)
+    cdf = probs.cumsum(dim=-1)
+    target = (u * cdf[:, -1]).unsqueeze(-1)
+    choice = torch.searchsorted(cdf, target, right=True).clamp_max(vocab - 1)
+    sampled = order.gather(-1, choice).squeeze(-1)
+    return torch.where(temperature <= 0, greedy, sampled)

@@ -1,0 +1,95 @@
+"""Capacity from measurement: per-request peak memory at a few batch sizes, then
+N = (budget - in use now) / per-request peak x (1 - margin), and the largest batch that fits.
+
+On CUDA the peak is torch.cuda.max_memory_allocated around a forward pass. On CPU, where torch's allocator
+keeps no statistics, it is an upper bound: the bytes of every intermediate tensor of one forward pass,
+counted as if all were live at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from server.config import Settings
+from server.memory import MemoryProbe
+from server.runtimes.base import TensorModel
+
+_BATCHES = (1, 8, 32)
+_MAX_SLOTS = 1024  # beyond this the queue, not memory, is the bound that matters
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPlan:
+    max_concurrency: int
+    max_batch_size: int
+    per_request_bytes: int
+    free_bytes: int
+    weights_bytes: int
+    method: str
+    margin: float
+
+    def explain(self) -> str:
+        return (
+            f"N = (free {self.free_bytes / 2**20:.0f} MiB) / per-request peak "
+            f"{self.per_request_bytes / 2**10:.1f} KiB x (1 - {self.margin}) = {self.max_concurrency} "
+            f"(capped at {_MAX_SLOTS}); max batch {self.max_batch_size}; weights "
+            f"{self.weights_bytes / 2**20:.1f} MiB; measured by {self.method}"
+        )
+
+
+def plan_capacity(model: TensorModel, settings: Settings, probe: MemoryProbe) -> CapacityPlan:
+    """Runs on the model's worker thread during start-up."""
+    net = next((m for m in vars(model).values() if isinstance(m, nn.Module)), None)
+    weights = sum(p.numel() * p.element_size() for p in net.parameters()) if net is not None else 0
+    device = torch.device(model.descriptor.device)
+    per_item = max(_peak_bytes(model, b, device) / b for b in _BATCHES)
+    reading = probe.read()
+    free = max(reading.budget_bytes - reading.used_bytes, 0)
+    fits = int(free / max(per_item, 1.0) * (1 - settings.capacity_margin))
+    slots = max(1, min(fits, _MAX_SLOTS))
+    return CapacityPlan(
+        max_concurrency=slots,
+        max_batch_size=max(1, min(settings.max_batch_size, fits)),
+        per_request_bytes=int(per_item),
+        free_bytes=free,
+        weights_bytes=weights,
+        method="torch.cuda.max_memory_allocated" if device.type == "cuda" else "activation bytes (upper bound)",
+        margin=settings.capacity_margin,
+    )
+
+
+def _batch(model: TensorModel, size: int) -> list[dict[str, np.ndarray]]:
+    item = {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in model.descriptor.inputs}
+    return [item] * size
+
+
+def _peak_bytes(model: TensorModel, size: int, device: torch.device) -> float:
+    batch = _batch(model, size)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        model.forward(batch)
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - base)
+    total = sum(a.nbytes for item in batch for a in item.values())
+    hooks = []
+
+    def count(_module: nn.Module, _inputs: object, output: object) -> None:
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel() * output.element_size()
+
+    nets = [m for m in vars(model).values() if isinstance(m, nn.Module)]
+    for net in nets:
+        hooks += [m.register_forward_hook(count) for m in net.modules() if not list(m.children())]
+    try:
+        model.forward(batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return float(total)

@@ -1,0 +1,159 @@
+"""Request/response messages <-> domain types: InferItem, GenerateSpec, TokenChunk, ModelDescriptor."""
+
+from __future__ import annotations
+
+import math
+
+import grpc
+from google.protobuf import duration_pb2
+
+from server.codec.tensors import TO_PB, decode_tensor, encode_tensor
+from server.domain import (
+    FinishReason,
+    GenerateSpec,
+    InferItem,
+    InferResult,
+    ModelDescriptor,
+    ModelKind,
+    Priority,
+    TensorSpec,
+    TokenChunk,
+)
+from server.errors import InvalidArgument
+from sluice.inference.v1 import inference_pb2 as pb
+
+_PRIORITY = {
+    pb.PRIORITY_UNSPECIFIED: Priority.NORMAL,
+    pb.PRIORITY_LOW: Priority.LOW,
+    pb.PRIORITY_NORMAL: Priority.NORMAL,
+    pb.PRIORITY_HIGH: Priority.HIGH,
+}
+_FINISH = {
+    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    FinishReason.STOP: pb.FINISH_REASON_STOP,
+    FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED,
+    FinishReason.ERROR: pb.FINISH_REASON_ERROR,
+}
+_KIND = {ModelKind.TENSOR: pb.MODEL_KIND_TENSOR, ModelKind.GENERATIVE: pb.MODEL_KIND_GENERATIVE}
+
+
+def decode_priority(value: int) -> Priority:
+    try:
+        return _PRIORITY[value]
+    except KeyError:
+        raise InvalidArgument(f"unknown priority {value}", field="priority") from None
+
+
+def decode_infer(request: pb.InferRequest) -> InferItem:
+    if not request.model:
+        raise InvalidArgument("model must be set", field="model")
+    if not request.inputs:
+        raise InvalidArgument("inputs must hold at least one tensor", field="inputs")
+    inputs = {}
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name in inputs:
+            raise InvalidArgument(f"input {tensor.name!r} appears twice", field=f"inputs[{index}].name")
+        inputs[tensor.name] = decode_tensor(tensor, f"inputs[{index}]")
+    return InferItem(
+        model=request.model,
+        inputs=inputs,
+        priority=decode_priority(request.priority),
+        request_id=request.request_id,
+        typed_outputs=request.typed_outputs,
+    )
+
+
+def encode_infer(model: str, request_id: str, result: InferResult, *, typed: bool) -> pb.InferResponse:
+    return pb.InferResponse(
+        model=model,
+        model_version=result.model_version,
+        request_id=request_id,
+        outputs=[encode_tensor(name, array, typed=typed) for name, array in result.outputs.items()],
+        timings=pb.Timings(
+            queue_wait=_duration(result.queue_wait_s),
+            compute=_duration(result.compute_s),
+            batch_size=result.batch_size,
+        ),
+    )
+
+
+def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
+    """Checks what needs no model; limits that depend on the model are checked by the scheduler."""
+    if not request.model:
+        raise InvalidArgument("model must be set", field="model")
+    which = request.WhichOneof("prompt")
+    if which is None:
+        raise InvalidArgument("set the prompt as text or token_ids", field="text")
+    if which == "text" and not request.text:
+        raise InvalidArgument("prompt text is empty", field="text")
+    if which == "token_ids" and not request.token_ids.ids:
+        raise InvalidArgument("token_ids is empty", field="token_ids.ids")
+    s = request.sampling
+    if s.HasField("max_tokens") and s.max_tokens <= 0:
+        raise InvalidArgument(f"max_tokens must be > 0, got {s.max_tokens}", field="sampling.max_tokens")
+    if s.HasField("temperature") and not (s.temperature >= 0 and math.isfinite(s.temperature)):
+        raise InvalidArgument(f"temperature must be >= 0, got {s.temperature}", field="sampling.temperature")
+    if s.HasField("top_p") and not 0 < s.top_p <= 1:
+        raise InvalidArgument(f"top_p must be in (0, 1], got {s.top_p}", field="sampling.top_p")
+    if s.HasField("top_k") and s.top_k < 0:
+        raise InvalidArgument(f"top_k must be >= 0, got {s.top_k}", field="sampling.top_k")
+    for index, stop in enumerate(s.stop):
+        if not stop:
+            raise InvalidArgument("stop sequences must not be empty", field=f"sampling.stop[{index}]")
+    return GenerateSpec(
+        model=request.model,
+        prompt_text=request.text if which == "text" else None,
+        prompt_ids=tuple(request.token_ids.ids) if which == "token_ids" else None,
+        max_tokens=s.max_tokens if s.HasField("max_tokens") else None,
+        temperature=s.temperature if s.HasField("temperature") else None,
+        top_p=s.top_p if s.HasField("top_p") else None,
+        top_k=s.top_k if s.HasField("top_k") else None,
+        seed=s.seed if s.HasField("seed") else None,
+        stop=tuple(s.stop),
+        priority=decode_priority(request.priority),
+        request_id=request.request_id,
+    )
+
+
+def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
+    out = pb.GenerateResponse(text=chunk.text, token_ids=chunk.token_ids)
+    if chunk.finish_reason is not None:
+        out.finish_reason = _FINISH[chunk.finish_reason]
+    if chunk.usage is not None:
+        out.usage.prompt_tokens = chunk.usage.prompt_tokens
+        out.usage.completion_tokens = chunk.usage.completion_tokens
+        out.usage.total_tokens = chunk.usage.total_tokens
+    if chunk.error is not None:
+        out.error.code = grpc.StatusCode[chunk.error.code].value[0]
+        out.error.message = chunk.error.message
+        out.error.reason = chunk.error.reason
+    return out
+
+
+def encode_model(descriptor: ModelDescriptor) -> pb.ModelInfo:
+    limits = descriptor.limits
+    return pb.ModelInfo(
+        name=descriptor.name,
+        version=descriptor.version,
+        kind=_KIND[descriptor.kind],
+        description=descriptor.description,
+        inputs=[_spec(s) for s in descriptor.inputs],
+        outputs=[_spec(s) for s in descriptor.outputs],
+        limits=pb.ModelLimits(
+            max_batch_size=limits.max_batch_size,
+            context_length=limits.context_length,
+            max_tokens=limits.max_tokens,
+            max_concurrent_sequences=limits.max_concurrent_sequences,
+        ),
+        device=descriptor.device,
+    )
+
+
+def _spec(spec: TensorSpec) -> pb.TensorSpec:
+    return pb.TensorSpec(name=spec.name, dtype=TO_PB[spec.dtype], shape=spec.shape)
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    out = duration_pb2.Duration()
+    out.FromNanoseconds(int(seconds * 1e9))
+    return out

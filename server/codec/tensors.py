@@ -1,0 +1,84 @@
+"""Tensor <-> numpy: raw little-endian bytes are decoded with numpy.frombuffer, without a copy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from server.domain import Array, DType
+from server.errors import InvalidArgument
+from sluice.inference.v1 import inference_pb2 as pb
+
+_FROM_PB = {
+    pb.DATA_TYPE_FLOAT32: DType.FLOAT32,
+    pb.DATA_TYPE_FLOAT64: DType.FLOAT64,
+    pb.DATA_TYPE_FLOAT16: DType.FLOAT16,
+    pb.DATA_TYPE_INT32: DType.INT32,
+    pb.DATA_TYPE_INT64: DType.INT64,
+    pb.DATA_TYPE_BOOL: DType.BOOL,
+    pb.DATA_TYPE_STRING: DType.STRING,
+}
+TO_PB = {v: k for k, v in _FROM_PB.items()}
+_TYPED_FIELD = {
+    DType.FLOAT32: "fp32_contents",
+    DType.FLOAT16: "fp32_contents",
+    DType.FLOAT64: "fp64_contents",
+    DType.INT32: "int32_contents",
+    DType.INT64: "int64_contents",
+    DType.BOOL: "bool_contents",
+    DType.STRING: "string_contents",
+}
+_NUMPY_TO_DTYPE = {d.numpy: d for d in DType if d is not DType.STRING}
+
+
+def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
+    """Decodes one request tensor; errors name the offending field, e.g. `inputs[0].shape`."""
+    dtype = _FROM_PB.get(tensor.dtype)
+    if dtype is None:
+        raise InvalidArgument(f"{path}.dtype must be set to a supported DataType", field=f"{path}.dtype")
+    shape = tuple(tensor.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"{path}.shape has a negative dimension: {list(shape)}", field=f"{path}.shape")
+    count = math.prod(shape)
+    if count == 0:
+        raise InvalidArgument(f"{path} is empty (shape {list(shape)})", field=f"{path}.shape")
+    typed_name = _TYPED_FIELD[dtype]
+    has_typed = tensor.HasField("contents")
+    if tensor.raw_contents:
+        if dtype is DType.STRING:
+            raise InvalidArgument("STRING tensors use contents.string_contents", field=f"{path}.raw_contents")
+        if has_typed and len(getattr(tensor.contents, typed_name)):
+            raise InvalidArgument("set raw_contents or contents, not both", field=f"{path}.raw_contents")
+        expected = count * dtype.numpy.itemsize
+        if len(tensor.raw_contents) != expected:
+            raise InvalidArgument(
+                f"{path}.raw_contents holds {len(tensor.raw_contents)} bytes; shape {list(shape)} of "
+                f"{dtype.name} needs {expected}",
+                field=f"{path}.raw_contents",
+            )
+        return np.frombuffer(tensor.raw_contents, dtype=dtype.numpy).reshape(shape)
+    values = getattr(tensor.contents, typed_name)
+    if len(values) != count:
+        raise InvalidArgument(
+            f"{path}.contents.{typed_name} holds {len(values)} values; shape {list(shape)} needs {count}",
+            field=f"{path}.contents.{typed_name}",
+        )
+    if dtype is DType.STRING:
+        return np.array(list(values), dtype=object).reshape(shape)
+    return np.asarray(values, dtype=dtype.numpy).reshape(shape)
+
+
+def encode_tensor(name: str, array: Array, *, typed: bool) -> pb.Tensor:
+    """Encodes one output; raw bytes by default (one copy, from the output buffer into the message)."""
+    if array.dtype == object:
+        out = pb.Tensor(name=name, dtype=pb.DATA_TYPE_STRING, shape=array.shape)
+        out.contents.string_contents.extend(str(v) for v in array.reshape(-1))
+        return out
+    dtype = _NUMPY_TO_DTYPE[array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype]
+    out = pb.Tensor(name=name, dtype=TO_PB[dtype], shape=array.shape)
+    if typed:
+        getattr(out.contents, _TYPED_FIELD[dtype]).extend(array.reshape(-1).tolist())
+    else:
+        out.raw_contents = np.ascontiguousarray(array, dtype=dtype.numpy).tobytes()
+    return out

@@ -1,0 +1,158 @@
+"""Domain types shared by the servicer, the batchers and the runtimes; nothing here knows about gRPC."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+
+class DType(enum.Enum):
+    """Element types a tensor may have, with their little-endian numpy equivalents."""
+
+    FLOAT32 = "<f4"
+    FLOAT64 = "<f8"
+    FLOAT16 = "<f2"
+    INT32 = "<i4"
+    INT64 = "<i8"
+    BOOL = "|b1"
+    STRING = "O"
+
+    @property
+    def numpy(self) -> np.dtype[np.generic]:
+        return np.dtype(self.value)
+
+
+class Priority(enum.IntEnum):
+    """Order among waiting requests; larger is served first."""
+
+    LOW = 0
+    NORMAL = 1
+    HIGH = 2
+
+
+class ModelKind(enum.Enum):
+    TENSOR = "tensor"
+    GENERATIVE = "generative"
+
+
+class FinishReason(enum.Enum):
+    LENGTH = "length"
+    STOP = "stop"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+Array = npt.NDArray[np.generic]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One input or output of a tensor model; -1 marks a variable dimension."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    max_batch_size: int
+    context_length: int = 0
+    max_tokens: int = 0
+    max_concurrent_sequences: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDescriptor:
+    """What ListModels and GetModel report about a model."""
+
+    name: str
+    version: str
+    kind: ModelKind
+    description: str
+    limits: ModelLimits
+    device: str
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InferItem:
+    """One Infer request after decoding: named inputs without the batch dimension."""
+
+    model: str
+    inputs: dict[str, Array]
+    priority: Priority = Priority.NORMAL
+    request_id: str = ""
+    typed_outputs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InferResult:
+    outputs: dict[str, Array]
+    model_version: str
+    queue_wait_s: float
+    compute_s: float
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Validated sampling settings; temperature 0 means greedy, top_k 0 means no limit."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateSpec:
+    """One Generate request after decoding; exactly one of prompt_text / prompt_ids is set."""
+
+    model: str
+    prompt_text: str | None
+    prompt_ids: tuple[int, ...] | None
+    max_tokens: int | None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    priority: Priority = Priority.NORMAL
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """The error that ended a stream after it had started (code is a canonical status name)."""
+
+    code: str
+    message: str
+    reason: str
+
+
+@dataclass(slots=True)
+class TokenChunk:
+    """New output of one sequence since the last chunk; the last chunk carries the finish reason."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    error: StreamError | None = None

@@ -1,0 +1,125 @@
+"""The domain error tree. Runtimes and batchers raise these; server/status.py maps them to gRPC.
+
+    SluiceError                      code                 reason
+    ├── InvalidArgument              INVALID_ARGUMENT     INVALID_ARGUMENT (+ BadRequest field violations)
+    │   └── LimitExceeded            INVALID_ARGUMENT     LIMIT_EXCEEDED
+    ├── ModelNotFound                NOT_FOUND            MODEL_NOT_FOUND
+    ├── RequestTooLarge              RESOURCE_EXHAUSTED   REQUEST_TOO_LARGE
+    ├── Overloaded                   RESOURCE_EXHAUSTED   QUEUE_FULL          (+ RetryInfo)
+    ├── OutOfMemory                  RESOURCE_EXHAUSTED   OUT_OF_MEMORY       (+ RetryInfo)
+    ├── MemoryPressure               UNAVAILABLE          MEMORY_PRESSURE     (+ RetryInfo)
+    ├── ShuttingDown                 UNAVAILABLE          SHUTTING_DOWN       (+ RetryInfo)
+    ├── NotReady                     UNAVAILABLE          NOT_READY           (+ RetryInfo)
+    ├── DeadlineExpired              DEADLINE_EXCEEDED    DEADLINE_EXPIRED
+    ├── DeadlineUnmeetable           DEADLINE_EXCEEDED    DEADLINE_UNMEETABLE
+    ├── StalledConsumer              CANCELLED            STALLED_CONSUMER
+    └── ModelFailure                 INTERNAL             MODEL_ERROR
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class SluiceError(Exception):
+    """Base of every error a caller may see; `code` is a canonical gRPC status name."""
+
+    code = "INTERNAL"
+    reason = "INTERNAL"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: Mapping[str, object] | None = None,
+        retry_after_s: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+        self.retry_after_s = retry_after_s
+        if reason is not None:
+            self.reason = reason
+
+
+class InvalidArgument(SluiceError):
+    code = "INVALID_ARGUMENT"
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str,
+        violations: Sequence[tuple[str, str]] | None = None,
+        metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        super().__init__(message, metadata={"field": field, **(metadata or {})})
+        self.field = field
+        self.violations: list[tuple[str, str]] = list(violations or [(field, message)])
+
+
+class LimitExceeded(InvalidArgument):
+    reason = "LIMIT_EXCEEDED"
+
+
+class ModelNotFound(SluiceError):
+    code = "NOT_FOUND"
+    reason = "MODEL_NOT_FOUND"
+
+    def __init__(self, model: str, available: Sequence[str]) -> None:
+        super().__init__(
+            f"model {model!r} is not loaded; available: {', '.join(sorted(available)) or 'none'}",
+            metadata={"model": model},
+        )
+
+
+class RequestTooLarge(SluiceError):
+    code = "RESOURCE_EXHAUSTED"
+    reason = "REQUEST_TOO_LARGE"
+
+
+class Overloaded(SluiceError):
+    code = "RESOURCE_EXHAUSTED"
+    reason = "QUEUE_FULL"
+
+
+class OutOfMemory(SluiceError):
+    code = "RESOURCE_EXHAUSTED"
+    reason = "OUT_OF_MEMORY"
+
+
+class MemoryPressure(SluiceError):
+    code = "UNAVAILABLE"
+    reason = "MEMORY_PRESSURE"
+
+
+class ShuttingDown(SluiceError):
+    code = "UNAVAILABLE"
+    reason = "SHUTTING_DOWN"
+
+
+class NotReady(SluiceError):
+    code = "UNAVAILABLE"
+    reason = "NOT_READY"
+
+
+class DeadlineExpired(SluiceError):
+    code = "DEADLINE_EXCEEDED"
+    reason = "DEADLINE_EXPIRED"
+
+
+class DeadlineUnmeetable(SluiceError):
+    code = "DEADLINE_EXCEEDED"
+    reason = "DEADLINE_UNMEETABLE"
+
+
+class StalledConsumer(SluiceError):
+    code = "CANCELLED"
+    reason = "STALLED_CONSUMER"
+
+
+class ModelFailure(SluiceError):
+    code = "INTERNAL"
+    reason = "MODEL_ERROR"

@@ -1,0 +1,67 @@
+"""Every Prometheus instrument the server exports, in one registry, served on a separate HTTP port."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        mm = ["model", "method"]
+        self.admitted = Counter("sluice_requests_admitted_total", "Requests given a slot.", mm, registry=r)
+        self.refused = Counter(
+            "sluice_requests_refused_total", "Requests refused by admission control.", [*mm, "reason"], registry=r
+        )
+        self.in_flight = Gauge("sluice_requests_in_flight", "Requests holding a slot.", mm, registry=r)
+        self.waiting = Gauge("sluice_requests_waiting", "Requests waiting for a slot.", mm, registry=r)
+        self.queue_wait = Histogram(
+            "sluice_queue_wait_seconds", "Arrival to start of compute.", mm, buckets=_LATENCY, registry=r
+        )
+        self.compute = Histogram(
+            "sluice_compute_seconds", "Forward pass time per batch or decode step.", mm, buckets=_LATENCY,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "sluice_batch_size", "Requests per forward pass.", mm,
+            buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64, 128), registry=r,
+        )
+        self.memory_used = Gauge("sluice_memory_used_bytes", "Memory in use, per the probe.", ["probe"], registry=r)
+        self.memory_reserved = Gauge(
+            "sluice_memory_reserved_bytes", "Memory reserved (allocator caches).", ["probe"], registry=r
+        )
+        self.memory_budget = Gauge("sluice_memory_budget_bytes", "The memory budget.", ["probe"], registry=r)
+        self.breaker_open = Gauge("sluice_memory_breaker_open", "1 while the memory breaker is open.", registry=r)
+        self.oom = Counter("sluice_oom_total", "Out-of-memory errors caught and recovered from.", ["model"], registry=r)
+        m = ["model"]
+        self.tokens = Counter("sluice_tokens_generated_total", "Tokens sampled by decode steps.", m, registry=r)
+        self.tokens_discarded = Counter(
+            "sluice_tokens_discarded_total",
+            "Tokens of the step in flight when their sequence was cancelled (computed, never sent).", m, registry=r,
+        )
+        self.tokens_after_cancel = Counter(
+            "sluice_tokens_after_cancel_total",
+            "Tokens computed in steps that began after their sequence was cancelled (target: zero).", m, registry=r,
+        )
+        self.sequences = Gauge("sluice_sequences_active", "Sequences in the running batch.", m, registry=r)
+        self.sequences_paused = Gauge(
+            "sluice_sequences_paused", "Sequences skipped because their consumer is behind.", m, registry=r
+        )
+        self.stalled = Counter("sluice_streams_stalled_total", "Streams ended for a stalled consumer.", m, registry=r)
+        self.kv_slots = Gauge("sluice_kv_slots_in_use", "KV-cache slots held by sequences.", m, registry=r)
+        self.kv_tokens = Gauge("sluice_kv_tokens_in_use", "Tokens held in the KV cache.", m, registry=r)
+        self.ttft = Histogram(
+            "sluice_time_to_first_token_seconds", "Arrival to first token sent.", m, buckets=_LATENCY, registry=r
+        )
+
+    def serve(self, host: str, port: int) -> int:
+        """Starts the /metrics HTTP endpoint on its own thread; returns the bound port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)

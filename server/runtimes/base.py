@@ -1,0 +1,99 @@
+"""The runtime interfaces a model implements to be served: TensorModel (Infer) and GenerativeModel (Generate).
+
+Both run inside the model's executor thread under torch.inference_mode(); they never see the wire.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from server.domain import Array, DType, ModelDescriptor
+from server.errors import InvalidArgument
+
+
+class TensorModel(abc.ABC):
+    """A batchable model: a batch of items in, one dict of named outputs per item out."""
+
+    descriptor: ModelDescriptor
+
+    def validate(self, inputs: Mapping[str, Array]) -> None:
+        """Rejects an item whose names, dtypes or shapes do not match the descriptor (before queueing)."""
+        specs = {spec.name: spec for spec in self.descriptor.inputs}
+        for index, name in enumerate(inputs):
+            if name not in specs:
+                raise InvalidArgument(
+                    f"unknown input {name!r}; expected {sorted(specs)}", field=f"inputs[{index}].name"
+                )
+        for spec in self.descriptor.inputs:
+            if spec.name not in inputs:
+                raise InvalidArgument(f"missing input {spec.name!r}", field="inputs")
+            index = list(inputs).index(spec.name)
+            array = inputs[spec.name]
+            if spec.dtype is not DType.STRING and array.dtype != spec.dtype.numpy:
+                raise InvalidArgument(
+                    f"input {spec.name!r} must be {spec.dtype.name}, got {array.dtype}",
+                    field=f"inputs[{index}].dtype",
+                )
+            if array.size == 0:
+                raise InvalidArgument(f"input {spec.name!r} is empty", field=f"inputs[{index}].shape")
+            if len(array.shape) != len(spec.shape) or any(
+                want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)
+            ):
+                raise InvalidArgument(
+                    f"input {spec.name!r} must have shape {list(spec.shape)} (no batch dimension), "
+                    f"got {list(array.shape)}",
+                    field=f"inputs[{index}].shape",
+                )
+
+    def bucket(self, inputs: Mapping[str, Array]) -> Hashable:
+        """Items with equal buckets may share a batch; variable-length models group by length here."""
+        return 0
+
+    @abc.abstractmethod
+    def forward(self, batch: Sequence[Mapping[str, Array]]) -> list[dict[str, Array]]:
+        """Runs one forward pass over a batch of validated items from one bucket."""
+
+    def warmup(self, steps: int) -> None:
+        """Runs `steps` forward passes on synthetic input so first requests do not pay for lazy init."""
+        for _ in range(steps):
+            item = {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in self.descriptor.inputs}
+            self.forward([item] * self.descriptor.limits.max_batch_size)
+
+
+class GenerativeModel(abc.ABC):
+    """An autoregressive model whose KV cache lives in server-managed slots.
+
+    The scheduler owns which slot holds which sequence; the model only reads and writes slot rows.
+    """
+
+    descriptor: ModelDescriptor
+    vocab_size: int
+    eos_id: int | None
+    device: torch.device
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Turns prompt text into token ids."""
+
+    @abc.abstractmethod
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for (b"" for special tokens); the scheduler detokenises incrementally."""
+
+    @abc.abstractmethod
+    def allocate_cache(self, slots: int, context_length: int) -> int:
+        """Preallocates the KV cache for `slots` sequences of up to `context_length` tokens; returns bytes."""
+
+    @abc.abstractmethod
+    def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
+        """Writes the prompt's keys/values into `slot` and returns the last position's logits, shape [V]."""
+
+    @abc.abstractmethod
+    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One decode step: token b sits at positions[b] of slots[b]; returns logits of shape [B, V]."""
+
+    def release(self, slot: int) -> None:  # noqa: B027 - optional hook: slot caches are overwritten on reuse
+        """Called when a slot is freed; runtimes whose cache is not slot-indexed drop state here."""

@@ -1,0 +1,50 @@
+"""The embedded tensor model: a seeded MLP (512 -> 2048 -> 2048 -> 2048 -> 512, Linear+GELU) for Infer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from server.domain import Array, DType, ModelDescriptor, ModelKind, ModelLimits, TensorSpec
+from server.runtimes.base import TensorModel
+
+
+def build_mlp(width: int, *, features: int = 512, seed: int = 0) -> nn.Sequential:
+    """The benchmark MLP: four Linear+GELU layers, float32, weights fixed by `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    dims = [features, width, width, width, features]
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(dims, dims[1:], strict=False):
+        linear = nn.Linear(fan_in, fan_out)
+        with torch.no_grad():
+            bound = 1.0 / fan_in**0.5
+            linear.weight.uniform_(-bound, bound, generator=generator)
+            linear.bias.uniform_(-bound, bound, generator=generator)
+        layers += [linear, nn.GELU()]
+    return nn.Sequential(*layers).eval()
+
+
+class MlpModel(TensorModel):
+    """Input `x` FLOAT32 [512] per item, output `y` FLOAT32 [512]."""
+
+    def __init__(self, *, width: int, max_batch_size: int, device: torch.device, features: int = 512) -> None:
+        self.device = device
+        self.net = build_mlp(width, features=features).to(device)
+        self.descriptor = ModelDescriptor(
+            name="mlp",
+            version="1",
+            kind=ModelKind.TENSOR,
+            description=f"Seeded MLP {features}->{width}x3->{features} with GELU (float32)",
+            limits=ModelLimits(max_batch_size=max_batch_size),
+            device=str(device),
+            inputs=(TensorSpec("x", DType.FLOAT32, (features,)),),
+            outputs=(TensorSpec("y", DType.FLOAT32, (features,)),),
+        )
+
+    def forward(self, batch: Sequence[Mapping[str, Array]]) -> list[dict[str, Array]]:
+        stacked = torch.from_numpy(np.stack([item["x"] for item in batch]))
+        out = self.net(stacked.to(self.device, non_blocking=True)).cpu().numpy()
+        return [{"y": row} for row in out]

@@ -1,0 +1,78 @@
+"""InferenceServicer: thin RPC methods (decode -> submit -> encode); admission happened in the interceptor."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+
+from server.admission.interceptor import abort
+from server.batching.continuous import ContinuousScheduler
+from server.batching.dynamic import DynamicBatcher
+from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
+from server.domain import ModelDescriptor
+from server.errors import InvalidArgument, ModelNotFound, SluiceError
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class InferenceServicer(pb_grpc.InferenceServiceServicer):
+    def __init__(self) -> None:
+        self.batchers: dict[str, DynamicBatcher] = {}
+        self.schedulers: dict[str, ContinuousScheduler] = {}
+        self.models: dict[str, pb.ModelInfo] = {}
+
+    def install(self, batchers: Mapping[str, DynamicBatcher], schedulers: Mapping[str, ContinuousScheduler]) -> None:
+        """Called once the models are loaded; until then the interceptor refuses with NOT_READY."""
+        self.batchers = dict(batchers)
+        self.schedulers = dict(schedulers)
+        descriptors: list[ModelDescriptor] = [b.model.descriptor for b in self.batchers.values()]
+        descriptors += [s.model.descriptor for s in self.schedulers.values()]
+        self.models = {d.name: encode_model(d) for d in sorted(descriptors, key=lambda d: d.name)}
+
+    async def Infer(self, request: pb.InferRequest, context: Context) -> pb.InferResponse:
+        try:
+            item = decode_infer(request)
+            batcher = self.batchers.get(item.model)
+            if batcher is None:
+                raise ModelNotFound(item.model, list(self.batchers))
+            batcher.model.validate(item.inputs)
+            remaining = context.time_remaining()
+            deadline = None if remaining is None else time.monotonic() + remaining
+            result = await batcher.submit(item, deadline)
+            return encode_infer(item.model, item.request_id, result, typed=item.typed_outputs)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+
+    async def Generate(self, request: pb.GenerateRequest, context: Context) -> AsyncIterator[pb.GenerateResponse]:
+        try:
+            spec = decode_generate(request)
+            scheduler = self.schedulers.get(spec.model)
+            if scheduler is None:
+                raise ModelNotFound(spec.model, list(self.schedulers))
+            seq = scheduler.submit(spec)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+        # From here on errors arrive as a final message with a finish reason, never as a silent cut.
+        async for chunk in scheduler.chunks(seq):
+            yield encode_chunk(chunk)
+
+    async def ListModels(self, request: pb.ListModelsRequest, context: Context) -> pb.ListModelsResponse:
+        return pb.ListModelsResponse(models=list(self.models.values()))
+
+    async def GetModel(self, request: pb.GetModelRequest, context: Context) -> pb.GetModelResponse:
+        info = self.models.get(request.name)
+        if info is None:
+            error: SluiceError = (
+                InvalidArgument("name must be set", field="name") if not request.name
+                else ModelNotFound(request.name, list(self.models))
+            )
+            await abort(context, error)
+            raise error
+        return pb.GetModelResponse(model=info)
