@@ -9,8 +9,11 @@ import logging
 
 import grpc
 import torch
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
@@ -25,8 +28,6 @@ from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.registry import build_models, resolve_device
 from server.servicer import InferenceServicer
-from sluice.inference.v1 import inference_pb2 as pb
-from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,12 @@ class SluiceServer:
             low=settings.low_watermark,
             interval_s=settings.probe_interval_s,
         )
-        self.infer_gate = AdmissionGate("Infer", slots=settings.max_concurrency or 1, max_waiting=settings.max_queue)
-        self.generate_gate = AdmissionGate("Generate", slots=settings.max_sequences, max_waiting=settings.max_queue)
+        self.infer_gate = AdmissionGate(
+            "Infer", slots=settings.max_concurrency or 1, max_waiting=settings.max_queue
+        )
+        self.generate_gate = AdmissionGate(
+            "Generate", slots=settings.max_sequences, max_waiting=settings.max_queue
+        )
         self.interceptor = AdmissionInterceptor(
             self._methods(frozenset(), frozenset()),
             breaker=self.breaker,
@@ -59,12 +64,15 @@ class SluiceServer:
             max_message_bytes=settings.max_message_bytes,
         )
         self.servicer = InferenceServicer()
-        self.health = health.aio.HealthServicer()
+        self.health = HealthServicer()
         limit = 2 * settings.max_message_bytes  # between 1x and 2x the servicer answers with ErrorInfo
         self.server = grpc.aio.server(
             interceptors=[self.interceptor],
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                     ("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+            ],
         )
         pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -80,7 +88,9 @@ class SluiceServer:
     def _methods(self, tensor_models: frozenset[str], generative: frozenset[str]) -> dict[str, GuardedMethod]:
         return {
             _INFER: GuardedMethod("Infer", self.infer_gate, pb.InferRequest.DESCRIPTOR, tensor_models),
-            _GENERATE: GuardedMethod("Generate", self.generate_gate, pb.GenerateRequest.DESCRIPTOR, generative),
+            _GENERATE: GuardedMethod(
+                "Generate", self.generate_gate, pb.GenerateRequest.DESCRIPTOR, generative
+            ),
         }
 
     async def start(self) -> None:
@@ -91,8 +101,11 @@ class SluiceServer:
         await self.server.start()
         if self.settings.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(self.settings.host, self.settings.metrics_port)
-        print(f"sluice server listening on {self.settings.host}:{self.port} "
-              f"(metrics http://{self.settings.host}:{self.metrics_port}/metrics)", flush=True)
+        print(
+            f"sluice server listening on {self.settings.host}:{self.port} "
+            f"(metrics http://{self.settings.host}:{self.metrics_port}/metrics)",
+            flush=True,
+        )
         self.tasks.append(asyncio.create_task(self.breaker.run(), name="memory-breaker"))
         models = await asyncio.to_thread(build_models, self.settings, self.device)
         batchers: dict[str, DynamicBatcher] = {}
@@ -129,11 +142,18 @@ class SluiceServer:
         self.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
         return batcher
 
-    async def _start_generative_model(self, model: GenerativeModel, worker: ModelWorker) -> ContinuousScheduler:
+    async def _start_generative_model(
+        self, model: GenerativeModel, worker: ModelWorker
+    ) -> ContinuousScheduler:
         s = self.settings
         cache = await worker.run(model.allocate_cache, s.max_sequences, s.context_length)
-        log.info("KV cache for %s: %d slots x %d tokens = %.1f MiB", model.descriptor.name, s.max_sequences,
-                 s.context_length, cache / 2**20)
+        log.info(
+            "KV cache for %s: %d slots x %d tokens = %.1f MiB",
+            model.descriptor.name,
+            s.max_sequences,
+            s.context_length,
+            cache / 2**20,
+        )
         scheduler = ContinuousScheduler(
             model,
             worker,

@@ -57,13 +57,17 @@ def plan_capacity(model: TensorModel, settings: Settings, probe: MemoryProbe) ->
         per_request_bytes=int(per_item),
         free_bytes=free,
         weights_bytes=weights,
-        method="torch.cuda.max_memory_allocated" if device.type == "cuda" else "activation bytes (upper bound)",
+        method="torch.cuda.max_memory_allocated"
+        if device.type == "cuda"
+        else "activation bytes (upper bound)",
         margin=settings.capacity_margin,
     )
 
 
 def _batch(model: TensorModel, size: int) -> list[dict[str, np.ndarray]]:
-    item = {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in model.descriptor.inputs}
+    item = {
+        s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in model.descriptor.inputs
+    }
     return [item] * size
 
 

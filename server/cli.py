@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "serve":
         return serve(rest)
     if command == "shim":
-        from shim.__main__ import main as shim_main  # noqa: PLC0415 - the server need not import FastAPI
+        from shim.__main__ import main as shim_main
 
         return shim_main(rest)
     if command == "up":
@@ -48,7 +48,7 @@ def serve(argv: Sequence[str]) -> int:
 
 
 async def _serve(settings: Settings) -> int:
-    from server.app import SluiceServer  # noqa: PLC0415 - keeps `sluice --help` free of torch start-up
+    from server.app import SluiceServer
 
     try:
         server = SluiceServer(settings)
@@ -74,29 +74,55 @@ async def _serve(settings: Settings) -> int:
 
 def up(argv: Sequence[str]) -> int:
     """Starts server and shim as two processes; Ctrl-C (or SIGTERM) stops both cleanly."""
-    parser = argparse.ArgumentParser(prog="sluice up", description="Run server and shim on the embedded models.")
+    parser = argparse.ArgumentParser(
+        prog="sluice up", description="Run server and shim on the embedded models."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=50051)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--models", default="mlp,byte-lm")
     ns, extra = parser.parse_known_args(argv)
     server = subprocess.Popen(
-        [sys.executable, "-m", "server", "--host", ns.host, "--port", str(ns.grpc_port), "--models", ns.models,
-         *extra],
-        stdout=subprocess.PIPE, text=True, env=os.environ.copy(),
+        [
+            sys.executable,
+            "-m",
+            "server",
+            "--host",
+            ns.host,
+            "--port",
+            str(ns.grpc_port),
+            "--models",
+            ns.models,
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
     )
     children = [server]
     try:
         grpc_port = _relay_until(server, r"listening on [^:]+:(\d+)")
         _relay_until(server, r"sluice server ready")
         shim = subprocess.Popen(
-            [sys.executable, "-m", "shim", "--upstream", f"{ns.host}:{grpc_port}", "--host", ns.host,
-             "--port", str(ns.http_port)],
-            stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "shim",
+                "--upstream",
+                f"{ns.host}:{grpc_port}",
+                "--host",
+                ns.host,
+                "--port",
+                str(ns.http_port),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         children.append(shim)
         _relay_until(shim, r"listening on")
-        print(f"sluice up: gRPC on {ns.host}:{grpc_port}, HTTP on the shim above; Ctrl-C stops both", flush=True)
+        print(
+            f"sluice up: gRPC on {ns.host}:{grpc_port}, HTTP on the shim above; Ctrl-C stops both", flush=True
+        )
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         while all(child.poll() is None for child in children):
             try:
@@ -115,7 +141,7 @@ def up(argv: Sequence[str]) -> int:
 
 def _relay_until(child: subprocess.Popen[str], pattern: str) -> str:
     """Copies the child's stdout to ours until a line matches; returns the first group (or the line)."""
-    assert child.stdout is not None  # noqa: S101 - Popen(stdout=PIPE)
+    assert child.stdout is not None
     for line in child.stdout:
         print(line, end="", flush=True)
         match = re.search(pattern, line)

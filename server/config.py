@@ -49,24 +49,36 @@ class Settings:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
         _check(bool(self.models), "models", "name at least one model")
-        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
-               "must be auto, cpu, cuda or cuda:N")
+        _check(
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+            "device",
+            "must be auto, cpu, cuda or cuda:N",
+        )
         _check(self.lm_size in ("tiny", "small", "bench"), "lm_size", "must be tiny, small or bench")
         _check(self.max_concurrency is None or self.max_concurrency > 0, "max_concurrency", "must be > 0")
         _check(self.max_queue >= 0, "max_queue", "must be >= 0")
-        _check(0.0 < self.low_watermark < self.high_watermark <= 1.0, "low_watermark",
-               f"needs 0 < low_watermark ({self.low_watermark}) < high_watermark ({self.high_watermark}) <= 1")
+        _check(
+            0.0 < self.low_watermark < self.high_watermark <= 1.0,
+            "low_watermark",
+            f"needs 0 < low_watermark ({self.low_watermark}) < high_watermark ({self.high_watermark}) <= 1",
+        )
         _check(self.probe_interval_s > 0, "probe_interval_s", "must be > 0")
         _check(0.0 <= self.capacity_margin < 1.0, "capacity_margin", "must be in [0, 1)")
         _check(self.memory_budget_mb >= 0, "memory_budget_mb", "must be >= 0 (0 = all memory)")
-        _check(self.memory_probe in ("auto", "host", "cuda") or self.memory_probe.startswith("fake:"),
-               "memory_probe", "must be auto, host, cuda or fake:PATH")
+        _check(
+            self.memory_probe in ("auto", "host", "cuda") or self.memory_probe.startswith("fake:"),
+            "memory_probe",
+            "must be auto, host, cuda or fake:PATH",
+        )
         _check(self.max_batch_size > 0, "max_batch_size", "must be > 0")
         _check(self.max_delay_ms >= 0, "max_delay_ms", "must be >= 0")
         _check(self.max_sequences > 0, "max_sequences", "must be > 0")
         _check(self.context_length >= 16, "context_length", "must be >= 16")
-        _check(0 < self.default_max_tokens < self.context_length, "default_max_tokens",
-               "must be > 0 and below context_length")
+        _check(
+            0 < self.default_max_tokens < self.context_length,
+            "default_max_tokens",
+            "must be > 0 and below context_length",
+        )
         _check(self.stream_buffer >= 2, "stream_buffer", "must be >= 2")
         _check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         _check(self.max_message_bytes >= 1024, "max_message_bytes", "must be >= 1024")

@@ -1,19 +1,19 @@
 """The domain error tree. Runtimes and batchers raise these; server/status.py maps them to gRPC.
 
-    SluiceError                      code                 reason
-    ├── InvalidArgument              INVALID_ARGUMENT     INVALID_ARGUMENT (+ BadRequest field violations)
-    │   └── LimitExceeded            INVALID_ARGUMENT     LIMIT_EXCEEDED
-    ├── ModelNotFound                NOT_FOUND            MODEL_NOT_FOUND
-    ├── RequestTooLarge              RESOURCE_EXHAUSTED   REQUEST_TOO_LARGE
-    ├── Overloaded                   RESOURCE_EXHAUSTED   QUEUE_FULL          (+ RetryInfo)
-    ├── OutOfMemory                  RESOURCE_EXHAUSTED   OUT_OF_MEMORY       (+ RetryInfo)
-    ├── MemoryPressure               UNAVAILABLE          MEMORY_PRESSURE     (+ RetryInfo)
-    ├── ShuttingDown                 UNAVAILABLE          SHUTTING_DOWN       (+ RetryInfo)
-    ├── NotReady                     UNAVAILABLE          NOT_READY           (+ RetryInfo)
-    ├── DeadlineExpired              DEADLINE_EXCEEDED    DEADLINE_EXPIRED
-    ├── DeadlineUnmeetable           DEADLINE_EXCEEDED    DEADLINE_UNMEETABLE
-    ├── StalledConsumer              CANCELLED            STALLED_CONSUMER
-    └── ModelFailure                 INTERNAL             MODEL_ERROR
+SluiceError                      code                 reason
+├── InvalidArgument              INVALID_ARGUMENT     INVALID_ARGUMENT (+ BadRequest field violations)
+│   └── LimitExceeded            INVALID_ARGUMENT     LIMIT_EXCEEDED
+├── ModelNotFound                NOT_FOUND            MODEL_NOT_FOUND
+├── RequestTooLarge              RESOURCE_EXHAUSTED   REQUEST_TOO_LARGE
+├── Overloaded                   RESOURCE_EXHAUSTED   QUEUE_FULL          (+ RetryInfo)
+├── OutOfMemory                  RESOURCE_EXHAUSTED   OUT_OF_MEMORY       (+ RetryInfo)
+├── MemoryPressure               UNAVAILABLE          MEMORY_PRESSURE     (+ RetryInfo)
+├── ShuttingDown                 UNAVAILABLE          SHUTTING_DOWN       (+ RetryInfo)
+├── NotReady                     UNAVAILABLE          NOT_READY           (+ RetryInfo)
+├── DeadlineExpired              DEADLINE_EXCEEDED    DEADLINE_EXPIRED
+├── DeadlineUnmeetable           DEADLINE_EXCEEDED    DEADLINE_UNMEETABLE
+├── StalledConsumer              CANCELLED            STALLED_CONSUMER
+└── ModelFailure                 INTERNAL             MODEL_ERROR
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class CudaProbe(MemoryProbe):
 
     def __init__(self, device: torch.device, budget_bytes: int = 0) -> None:
         self.device = device
-        free, total = torch.cuda.mem_get_info(device)
+        _free, total = torch.cuda.mem_get_info(device)
         self.budget_bytes = min(budget_bytes, total) if budget_bytes else total
 
     def read(self) -> MemoryReading:

@@ -18,7 +18,10 @@ class Metrics:
         mm = ["model", "method"]
         self.admitted = Counter("sluice_requests_admitted_total", "Requests given a slot.", mm, registry=r)
         self.refused = Counter(
-            "sluice_requests_refused_total", "Requests refused by admission control.", [*mm, "reason"], registry=r
+            "sluice_requests_refused_total",
+            "Requests refused by admission control.",
+            [*mm, "reason"],
+            registry=r,
         )
         self.in_flight = Gauge("sluice_requests_in_flight", "Requests holding a slot.", mm, registry=r)
         self.waiting = Gauge("sluice_requests_waiting", "Requests waiting for a slot.", mm, registry=r)
@@ -26,39 +29,63 @@ class Metrics:
             "sluice_queue_wait_seconds", "Arrival to start of compute.", mm, buckets=_LATENCY, registry=r
         )
         self.compute = Histogram(
-            "sluice_compute_seconds", "Forward pass time per batch or decode step.", mm, buckets=_LATENCY,
+            "sluice_compute_seconds",
+            "Forward pass time per batch or decode step.",
+            mm,
+            buckets=_LATENCY,
             registry=r,
         )
         self.batch_size = Histogram(
-            "sluice_batch_size", "Requests per forward pass.", mm,
-            buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64, 128), registry=r,
+            "sluice_batch_size",
+            "Requests per forward pass.",
+            mm,
+            buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64, 128),
+            registry=r,
         )
-        self.memory_used = Gauge("sluice_memory_used_bytes", "Memory in use, per the probe.", ["probe"], registry=r)
+        self.memory_used = Gauge(
+            "sluice_memory_used_bytes", "Memory in use, per the probe.", ["probe"], registry=r
+        )
         self.memory_reserved = Gauge(
             "sluice_memory_reserved_bytes", "Memory reserved (allocator caches).", ["probe"], registry=r
         )
         self.memory_budget = Gauge("sluice_memory_budget_bytes", "The memory budget.", ["probe"], registry=r)
-        self.breaker_open = Gauge("sluice_memory_breaker_open", "1 while the memory breaker is open.", registry=r)
-        self.oom = Counter("sluice_oom_total", "Out-of-memory errors caught and recovered from.", ["model"], registry=r)
+        self.breaker_open = Gauge(
+            "sluice_memory_breaker_open", "1 while the memory breaker is open.", registry=r
+        )
+        self.oom = Counter(
+            "sluice_oom_total", "Out-of-memory errors caught and recovered from.", ["model"], registry=r
+        )
         m = ["model"]
-        self.tokens = Counter("sluice_tokens_generated_total", "Tokens sampled by decode steps.", m, registry=r)
+        self.tokens = Counter(
+            "sluice_tokens_generated_total", "Tokens sampled by decode steps.", m, registry=r
+        )
         self.tokens_discarded = Counter(
             "sluice_tokens_discarded_total",
-            "Tokens of the step in flight when their sequence was cancelled (computed, never sent).", m, registry=r,
+            "Tokens of the step in flight when their sequence was cancelled (computed, never sent).",
+            m,
+            registry=r,
         )
         self.tokens_after_cancel = Counter(
             "sluice_tokens_after_cancel_total",
-            "Tokens computed in steps that began after their sequence was cancelled (target: zero).", m, registry=r,
+            "Tokens computed in steps that began after their sequence was cancelled (target: zero).",
+            m,
+            registry=r,
         )
         self.sequences = Gauge("sluice_sequences_active", "Sequences in the running batch.", m, registry=r)
         self.sequences_paused = Gauge(
             "sluice_sequences_paused", "Sequences skipped because their consumer is behind.", m, registry=r
         )
-        self.stalled = Counter("sluice_streams_stalled_total", "Streams ended for a stalled consumer.", m, registry=r)
+        self.stalled = Counter(
+            "sluice_streams_stalled_total", "Streams ended for a stalled consumer.", m, registry=r
+        )
         self.kv_slots = Gauge("sluice_kv_slots_in_use", "KV-cache slots held by sequences.", m, registry=r)
         self.kv_tokens = Gauge("sluice_kv_tokens_in_use", "Tokens held in the KV cache.", m, registry=r)
         self.ttft = Histogram(
-            "sluice_time_to_first_token_seconds", "Arrival to first token sent.", m, buckets=_LATENCY, registry=r
+            "sluice_time_to_first_token_seconds",
+            "Arrival to first token sent.",
+            m,
+            buckets=_LATENCY,
+            registry=r,
         )
 
     def serve(self, host: str, port: int) -> int:

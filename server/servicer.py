@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from server.admission.interceptor import abort
 from server.batching.continuous import ContinuousScheduler
@@ -14,8 +16,6 @@ from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
 from server.domain import ModelDescriptor
 from server.errors import InvalidArgument, ModelNotFound, SluiceError
-from sluice.inference.v1 import inference_pb2 as pb
-from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -26,7 +26,9 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self.schedulers: dict[str, ContinuousScheduler] = {}
         self.models: dict[str, pb.ModelInfo] = {}
 
-    def install(self, batchers: Mapping[str, DynamicBatcher], schedulers: Mapping[str, ContinuousScheduler]) -> None:
+    def install(
+        self, batchers: Mapping[str, DynamicBatcher], schedulers: Mapping[str, ContinuousScheduler]
+    ) -> None:
         """Called once the models are loaded; until then the interceptor refuses with NOT_READY."""
         self.batchers = dict(batchers)
         self.schedulers = dict(schedulers)
@@ -49,7 +51,9 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             await abort(context, error)
             raise
 
-    async def Generate(self, request: pb.GenerateRequest, context: Context) -> AsyncIterator[pb.GenerateResponse]:
+    async def Generate(
+        self, request: pb.GenerateRequest, context: Context
+    ) -> AsyncIterator[pb.GenerateResponse]:
         try:
             spec = decode_generate(request)
             scheduler = self.schedulers.get(spec.model)
@@ -70,7 +74,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         info = self.models.get(request.name)
         if info is None:
             error: SluiceError = (
-                InvalidArgument("name must be set", field="name") if not request.name
+                InvalidArgument("name must be set", field="name")
+                if not request.name
                 else ModelNotFound(request.name, list(self.models))
             )
             await abort(context, error)

@@ -47,14 +47,18 @@ def grpc_code(error: SluiceError) -> grpc.StatusCode:
     return grpc.StatusCode[error.code]
 
 
-def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.RetryInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+def _pack(
+    message: error_details_pb2.ErrorInfo | error_details_pb2.RetryInfo | error_details_pb2.BadRequest,
+) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed
 
 
 class _Status(grpc.Status):
-    def __init__(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple[tuple[str, str | bytes], ...]) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, details: str, trailing_metadata: tuple[tuple[str, str | bytes], ...]
+    ) -> None:
         self.code = code
         self.details = details
         self.trailing_metadata = trailing_metadata

@@ -86,7 +86,9 @@ class AdmissionGate:
             raise self.overloaded()
         start = time.monotonic()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Waiter(start - int(priority) * self.ageing_s, next(self._counter), future))
+        heapq.heappush(
+            self._heap, _Waiter(start - int(priority) * self.ageing_s, next(self._counter), future)
+        )
         self.waiting += 1
         try:
             await asyncio.wait_for(future, timeout_s)

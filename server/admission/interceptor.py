@@ -53,7 +53,7 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: SluiceError)
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-class AdmissionInterceptor(grpc.aio.ServerInterceptor):
+class AdmissionInterceptor(grpc.aio.ServerInterceptor[Any, Any]):
     def __init__(
         self,
         methods: Mapping[str, GuardedMethod],
@@ -71,9 +71,9 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method = self.methods.get(handler_call_details.method)
         if method is None or handler is None:
@@ -92,12 +92,16 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             return _refusing_handler(handler, refusal)
         return self._guarded(handler, method)
 
-    def _guarded(self, handler: grpc.RpcMethodHandler, method: GuardedMethod) -> grpc.RpcMethodHandler:
+    def _guarded(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: GuardedMethod
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         deserialize = self._safe_deserializer(handler.request_deserializer, method.request)
         if handler.unary_stream is not None:
-            stream_behaviour = handler.unary_stream
+            stream_behaviour: Any = handler.unary_stream
 
-            async def guarded_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            async def guarded_stream(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
                 admitted = await self._admit(request, context, method)
                 try:
                     async for message in stream_behaviour(request, context):
@@ -106,9 +110,11 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                     self._release(method, request.model, admitted)
 
             return grpc.unary_stream_rpc_method_handler(
-                guarded_stream, request_deserializer=deserialize, response_serializer=handler.response_serializer
+                guarded_stream,
+                request_deserializer=deserialize,
+                response_serializer=handler.response_serializer,
             )
-        unary_behaviour = handler.unary_unary
+        unary_behaviour: Any = handler.unary_unary
 
         async def guarded_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             admitted = await self._admit(request, context, method)
@@ -121,18 +127,22 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             guarded_unary, request_deserializer=deserialize, response_serializer=handler.response_serializer
         )
 
-    async def _admit(self, request: Any, context: grpc.aio.ServicerContext[Any, Any], method: GuardedMethod) -> float:
+    async def _admit(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any], method: GuardedMethod
+    ) -> float:
         """Waits for a slot; on refusal aborts the call (which raises) without holding anything."""
         model = getattr(request, "model", "")
         try:
             if isinstance(request, _Malformed):
                 raise request.error
             if model not in method.models:
-                raise ModelNotFound(model, method.models)
+                raise ModelNotFound(model, sorted(method.models))
             waiting = self.metrics.waiting.labels(model, method.name)
             waiting.inc()
             try:
-                waited = await method.gate.acquire(decode_priority(request.priority), context.time_remaining())
+                waited = await method.gate.acquire(
+                    decode_priority(request.priority), context.time_remaining()
+                )
             finally:
                 waiting.dec()
         except SluiceError as error:
@@ -148,16 +158,20 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         self.metrics.in_flight.labels(model, method.name).dec()
         method.gate.release(time.monotonic() - admitted)
 
-    def _safe_deserializer(self, deserialize: Callable[[bytes], Any] | None, descriptor: Descriptor) -> Callable[[bytes], Any]:
+    def _safe_deserializer(
+        self, deserialize: Callable[[bytes], Any] | None, descriptor: Descriptor
+    ) -> Callable[[bytes], Any]:
         """Turns parse failures into values the behaviour answers with INVALID_ARGUMENT naming the field."""
         limit = self.max_message_bytes
 
         def parse(data: bytes) -> Any:
             if len(data) > limit:
-                return _Malformed(RequestTooLarge(
-                    f"the request is {len(data)} bytes; the limit is {limit}",
-                    metadata={"size": len(data), "limit": limit},
-                ))
+                return _Malformed(
+                    RequestTooLarge(
+                        f"the request is {len(data)} bytes; the limit is {limit}",
+                        metadata={"size": len(data), "limit": limit},
+                    )
+                )
             try:
                 return deserialize(data) if deserialize else data
             except DecodeError as exc:
@@ -169,11 +183,15 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         return parse
 
 
-def _refusing_handler(handler: grpc.RpcMethodHandler, error: SluiceError) -> grpc.RpcMethodHandler:
+def _refusing_handler(
+    handler: grpc.RpcMethodHandler[Any, Any], error: SluiceError
+) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same shape that aborts at once and never deserializes the body."""
     if handler.unary_stream is not None:
 
-        async def refuse_stream(_request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async def refuse_stream(
+            _request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
             await abort(context, error)
             yield None  # pragma: no cover - abort raises
 

@@ -108,8 +108,14 @@ class ContinuousScheduler:
         """Validates against the model's limits (raising before the stream starts) and queues to join."""
         prompt, params = self._validate(spec)
         seed = spec.seed if spec.seed is not None else secrets.randbits(63)
-        seq = GenSequence(prompt, params, seed, TokenStream(self.stream_buffer, self._wake.set),
-                          TextAssembler(params.stop), time.monotonic())
+        seq = GenSequence(
+            prompt,
+            params,
+            seed,
+            TokenStream(self.stream_buffer, self._wake.set),
+            TextAssembler(params.stop),
+            time.monotonic(),
+        )
         self.joining.append(seq)
         self._wake.set()
         return seq
@@ -174,8 +180,13 @@ class ContinuousScheduler:
                 seq.paused_since = now
             elif now - seq.paused_since > self.stall_timeout_s:
                 self._m_stalled.inc()
-                self._finish(seq, FinishReason.CANCELLED, error=StalledConsumer(
-                    f"the consumer read nothing for {self.stall_timeout_s:g}s; the stream was ended"))
+                self._finish(
+                    seq,
+                    FinishReason.CANCELLED,
+                    error=StalledConsumer(
+                        f"the consumer read nothing for {self.stall_timeout_s:g}s; the stream was ended"
+                    ),
+                )
         return runnable
 
     def _admit_joiners(self) -> list[GenSequence]:
@@ -255,8 +266,11 @@ class ContinuousScheduler:
     def _deliver(self, seq: GenSequence, token: int, step: int) -> None:
         if seq.cancel_step is not None or seq.done:
             # Computed in the step that was in flight when the consumer left; never sent.
-            (self._m_after_cancel if seq.cancel_step is not None and seq.cancel_step < step
-             else self._m_discarded).inc()
+            (
+                self._m_after_cancel
+                if seq.cancel_step is not None and seq.cancel_step < step
+                else self._m_discarded
+            ).inc()
             return
         if seq.generated == 0:
             self._m_ttft.observe(time.monotonic() - seq.arrived)
@@ -278,7 +292,11 @@ class ContinuousScheduler:
             seq.stream.push(chunk)
 
     def _finish(
-        self, seq: GenSequence, reason: FinishReason, *, chunk: TokenChunk | None = None,
+        self,
+        seq: GenSequence,
+        reason: FinishReason,
+        *,
+        chunk: TokenChunk | None = None,
         error: SluiceError | None = None,
     ) -> None:
         final = chunk or TokenChunk()
@@ -310,7 +328,9 @@ class ContinuousScheduler:
         self.joining.clear()
 
     def _next_timer(self, now: float) -> float | None:
-        timers = [s.paused_since + self.stall_timeout_s - now for s in self.active if s.paused_since is not None]
+        timers = [
+            s.paused_since + self.stall_timeout_s - now for s in self.active if s.paused_since is not None
+        ]
         if self.drain_deadline is not None:
             timers.append(self.drain_deadline - now)
         return max(min(timers), 0.0) + 0.001 if timers else None
@@ -353,7 +373,8 @@ class ContinuousScheduler:
         if len(prompt) >= context:
             raise LimitExceeded(
                 f"the prompt has {len(prompt)} tokens; context_length is {context}",
-                field=prompt_field, metadata={"context_length": context, "prompt_tokens": len(prompt)},
+                field=prompt_field,
+                metadata={"context_length": context, "prompt_tokens": len(prompt)},
             )
         if spec.max_tokens is None:
             max_tokens = min(self.default_max_tokens, context - len(prompt))
@@ -362,12 +383,15 @@ class ContinuousScheduler:
             if max_tokens > limits.max_tokens:
                 raise LimitExceeded(
                     f"max_tokens {max_tokens} exceeds the model's limit of {limits.max_tokens}",
-                    field="sampling.max_tokens", metadata={"max_tokens_limit": limits.max_tokens},
+                    field="sampling.max_tokens",
+                    metadata={"max_tokens_limit": limits.max_tokens},
                 )
             if len(prompt) + max_tokens > context:
                 raise LimitExceeded(
-                    f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds context_length {context}",
-                    field="sampling.max_tokens", metadata={"context_length": context, "prompt_tokens": len(prompt)},
+                    f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "
+                    f"context_length {context}",
+                    field="sampling.max_tokens",
+                    metadata={"context_length": context, "prompt_tokens": len(prompt)},
                 )
         params = SamplingParams(
             max_tokens=max_tokens,

@@ -70,7 +70,9 @@ class DynamicBatcher:
         """Queues one validated item and waits for its slice of a batch."""
         future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
         key = self.model.bucket(item.inputs)
-        self._queues.setdefault(key, deque()).append(_Pending(item.inputs, future, time.monotonic(), deadline))
+        self._queues.setdefault(key, deque()).append(
+            _Pending(item.inputs, future, time.monotonic(), deadline)
+        )
         self._wake.set()
         return await future  # a cancelled caller cancels the future; the batcher skips it
 
@@ -105,7 +107,9 @@ class DynamicBatcher:
             if pending.future.done():
                 continue  # cancelled while waiting: never computed
             if pending.deadline is not None and pending.deadline <= now:
-                pending.future.set_exception(DeadlineExpired("the deadline passed while the request was queued"))
+                pending.future.set_exception(
+                    DeadlineExpired("the deadline passed while the request was queued")
+                )
                 continue
             batch.append(pending)
         return batch

@@ -19,7 +19,8 @@ def uniforms(seeds: np.ndarray, steps: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    out: np.ndarray = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return out
 
 
 def sample(

@@ -6,6 +6,7 @@ import math
 
 import grpc
 from google.protobuf import duration_pb2
+from sluice.inference.v1 import inference_pb2 as pb
 
 from server.codec.tensors import TO_PB, decode_tensor, encode_tensor
 from server.domain import (
@@ -20,9 +21,8 @@ from server.domain import (
     TokenChunk,
 )
 from server.errors import InvalidArgument
-from sluice.inference.v1 import inference_pb2 as pb
 
-_PRIORITY = {
+_PRIORITY: dict[int, Priority] = {
     pb.PRIORITY_UNSPECIFIED: Priority.NORMAL,
     pb.PRIORITY_LOW: Priority.LOW,
     pb.PRIORITY_NORMAL: Priority.NORMAL,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from sluice.inference.v1 import inference_pb2 as pb
 
 from server.domain import Array, DType
 from server.errors import InvalidArgument
-from sluice.inference.v1 import inference_pb2 as pb
 
 _FROM_PB = {
     pb.DATA_TYPE_FLOAT32: DType.FLOAT32,

@@ -41,7 +41,7 @@ def find_invalid_utf8(descriptor: Descriptor, data: bytes, prefix: str = "") -> 
                 chunk.decode("utf-8")
             except UnicodeDecodeError:
                 return path
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None:
             if field.message_type.GetOptions().map_entry:
                 path = prefix + field.name
             found = find_invalid_utf8(field.message_type, chunk, path + ".")

@@ -60,7 +60,10 @@ class TensorModel(abc.ABC):
     def warmup(self, steps: int) -> None:
         """Runs `steps` forward passes on synthetic input so first requests do not pay for lazy init."""
         for _ in range(steps):
-            item = {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in self.descriptor.inputs}
+            item = {
+                s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy)
+                for s in self.descriptor.inputs
+            }
             self.forward([item] * self.descriptor.limits.max_batch_size)
 
 

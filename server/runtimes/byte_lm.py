@@ -42,14 +42,17 @@ class _Block(nn.Module):
         self.qkv = nn.Linear(shape.d_model, 3 * shape.d_model)
         self.proj = nn.Linear(shape.d_model, shape.d_model)
         self.ln2 = nn.LayerNorm(shape.d_model)
-        self.mlp = nn.Sequential(nn.Linear(shape.d_model, shape.ffn), nn.GELU(), nn.Linear(shape.ffn, shape.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(shape.d_model, shape.ffn), nn.GELU(), nn.Linear(shape.ffn, shape.d_model)
+        )
 
 
 class ByteLm(GenerativeModel, nn.Module):
     """Pre-LN transformer; keys/values of slot s, layer l live in k_cache[l, s] / v_cache[l, s]."""
 
-    def __init__(self, *, size: str, context_length: int, max_sequences: int, device: torch.device,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, *, size: str, context_length: int, max_sequences: int, device: torch.device, seed: int = 0
+    ) -> None:
         nn.Module.__init__(self)
         shape = SIZES[size]
         self.shape = shape
@@ -58,7 +61,8 @@ class ByteLm(GenerativeModel, nn.Module):
         torch.manual_seed(seed)
         self.tok_emb = nn.Embedding(VOCAB, shape.d_model)
         self.pos_emb = nn.Embedding(context_length, shape.d_model)
-        self.blocks = nn.ModuleList(_Block(shape) for _ in range(shape.layers))
+        self._layers = [_Block(shape) for _ in range(shape.layers)]
+        self.blocks = nn.ModuleList(self._layers)  # registers them; _layers is the typed view
         self.ln_f = nn.LayerNorm(shape.d_model)
         self.head = nn.Linear(shape.d_model, VOCAB)
         with torch.no_grad():
@@ -73,7 +77,7 @@ class ByteLm(GenerativeModel, nn.Module):
             name="byte-lm",
             version=f"1-{size}",
             kind=ModelKind.GENERATIVE,
-            description=f"Byte-level transformer ({size}: d={shape.d_model}, layers={shape.layers}), seeded weights",
+            description=f"Byte-level transformer ({size}: d={shape.d_model}, layers={shape.layers}), seeded",
             limits=ModelLimits(
                 max_batch_size=max_sequences,
                 context_length=context_length,
@@ -99,7 +103,7 @@ class ByteLm(GenerativeModel, nn.Module):
         n = len(token_ids)
         ids = torch.tensor(token_ids, device=self.device)
         x = self.tok_emb(ids) + self.pos_emb(torch.arange(n, device=self.device))
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self._layers):
             qkv = block.qkv(block.ln1(x)).view(n, 3, self.heads, self.head_dim).permute(1, 2, 0, 3)
             q, k, v = qkv[0], qkv[1], qkv[2]  # [H, n, Dh]
             self.k_cache[layer, slot, :, :n] = k
@@ -120,7 +124,7 @@ class ByteLm(GenerativeModel, nn.Module):
         slot_index = torch.as_tensor(slots, device=self.device)
         mask = (torch.arange(span, device=self.device)[None, :] <= positions[:, None])[:, None, None, :]
         x = self.tok_emb(tokens) + self.pos_emb(positions)
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self._layers):
             qkv = block.qkv(block.ln1(x)).view(b, 3, self.heads, self.head_dim)
             q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [B, H, Dh]
             self.k_cache[layer, slot_index, :, positions] = k

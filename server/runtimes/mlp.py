@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ def build_mlp(width: int, *, features: int = 512, seed: int = 0) -> nn.Sequentia
     generator = torch.Generator().manual_seed(seed)
     dims = [features, width, width, width, features]
     layers: list[nn.Module] = []
-    for fan_in, fan_out in zip(dims, dims[1:], strict=False):
+    for fan_in, fan_out in itertools.pairwise(dims):
         linear = nn.Linear(fan_in, fan_out)
         with torch.no_grad():
             bound = 1.0 / fan_in**0.5
