@@ -1,0 +1,85 @@
+"""create_app(): the FastAPI application, its middleware order, its error handlers (every error
+shares one body shape), and the lifespan that owns the one upstream channel."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+
+from shim.admission import InflightBound, InflightMiddleware
+from shim.channel import open_upstream
+from shim.config import ShimSettings
+from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
+from shim.request_body import validation_error
+from shim.routes import health, native
+
+# Starlette's own HTTP errors (unknown route, wrong method) in the canonical vocabulary.
+_CODE_BY_HTTP_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    405: grpc.StatusCode.UNIMPLEMENTED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def _error_response(error: ShimError) -> JSONResponse:
+    return JSONResponse(error.to_json(), status_code=error.status, headers=error.headers)
+
+
+async def _on_shim_error(_: Request, exc: Exception) -> Response:
+    if not isinstance(exc, ShimError):  # pragma: no cover - registered for ShimError only
+        raise exc
+    return _error_response(exc)
+
+
+async def _on_validation_error(_: Request, exc: Exception) -> Response:
+    if not isinstance(exc, RequestValidationError):  # pragma: no cover - registered for this type only
+        raise exc
+    # FastAPI prefixes locations with where the value came from: body, path, query, header.
+    return _error_response(validation_error(exc.errors(), skip_prefix=1))
+
+
+async def _on_http_error(_: Request, exc: Exception) -> Response:
+    if not isinstance(exc, HTTPException):  # pragma: no cover - registered for this type only
+        raise exc
+    code = _CODE_BY_HTTP_STATUS.get(exc.status_code, grpc.StatusCode.UNKNOWN)
+    reason = str(exc.detail).upper().replace(" ", "_")
+    body = ErrorBody(code=code, message=str(exc.detail), reason=reason, domain=SHIM_DOMAIN)
+    return _error_response(ShimError(body, status=exc.status_code))
+
+
+def create_app(settings: ShimSettings) -> FastAPI:
+    """The shim's ASGI app; the upstream channel opens in the lifespan, inside the serving event loop."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        upstream = open_upstream(settings)
+        app.state.upstream = upstream
+        try:
+            yield
+        finally:
+            await upstream.close()
+
+    app = FastAPI(
+        title="Sluice shim",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.settings = settings
+    app.state.inflight = InflightBound(settings.max_inflight)
+    app.add_middleware(InflightMiddleware, bound=app.state.inflight)
+    app.add_exception_handler(ShimError, _on_shim_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.include_router(health.router)
+    app.include_router(native.router)
+    return app

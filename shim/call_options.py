@@ -1,0 +1,62 @@
+"""What a request asks of its upstream call beyond the message: its priority (body field, else the
+`X-Sluice-Priority` header) and its deadline (the route default, shortened by `X-Sluice-Timeout-Ms`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.inference.v1 import inference_pb2 as pb
+from starlette.datastructures import Headers
+
+from shim.errors import FieldViolation, invalid_argument
+from shim.translate import PRIORITY_BY_NAME
+
+PRIORITY_HEADER = "x-sluice-priority"
+TIMEOUT_HEADER = "x-sluice-timeout-ms"
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    priority: pb.Priority.ValueType
+    timeout_s: float
+
+
+def _header_error(header: str, message: str) -> Exception:
+    return invalid_argument(message, reason="INVALID_HEADER", violations=(FieldViolation(header, message),))
+
+
+def priority_from(body_priority: str | None, headers: Headers) -> pb.Priority.ValueType:
+    """The body's priority wins over the header, which wins over the server's default."""
+    if body_priority is not None:
+        return PRIORITY_BY_NAME[body_priority]
+    header = headers.get(PRIORITY_HEADER)
+    if header is None:
+        return pb.PRIORITY_UNSPECIFIED
+    priority = PRIORITY_BY_NAME.get(header.strip().lower())
+    if priority is None:
+        raise _header_error(
+            "X-Sluice-Priority", f"X-Sluice-Priority must be low, normal or high, not {header!r}"
+        )
+    return priority
+
+
+def timeout_from(default_s: float, headers: Headers) -> float:
+    """The caller may only shorten the shim's deadline, never extend it."""
+    header = headers.get(TIMEOUT_HEADER)
+    if header is None:
+        return default_s
+    try:
+        requested_ms = int(header)
+    except ValueError:
+        requested_ms = 0
+    if requested_ms <= 0:
+        raise _header_error(
+            "X-Sluice-Timeout-Ms", f"X-Sluice-Timeout-Ms must be a positive integer, not {header!r}"
+        )
+    return min(default_s, requested_ms / 1000.0)
+
+
+def call_options(body_priority: str | None, headers: Headers, *, default_timeout_s: float) -> CallOptions:
+    return CallOptions(
+        priority=priority_from(body_priority, headers), timeout_s=timeout_from(default_timeout_s, headers)
+    )

@@ -1,0 +1,258 @@
+"""JSON <-> protobuf for the native API: tensors, sampling, generation chunks, model metadata,
+and the renaming of the server's proto field paths to the JSON names the HTTP caller sent."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from google.protobuf import duration_pb2, json_format
+from sluice.inference.v1 import inference_pb2 as pb
+
+from shim.errors import FieldViolation, invalid_argument
+from shim.schemas import Element, GenerateBody, InferBody, Scalar, TensorIn
+
+DTYPE_BY_NAME: Mapping[str, pb.DataType.ValueType] = {
+    "FLOAT32": pb.DATA_TYPE_FLOAT32,
+    "FLOAT64": pb.DATA_TYPE_FLOAT64,
+    "FLOAT16": pb.DATA_TYPE_FLOAT16,
+    "INT32": pb.DATA_TYPE_INT32,
+    "INT64": pb.DATA_TYPE_INT64,
+    "BOOL": pb.DATA_TYPE_BOOL,
+    "STRING": pb.DATA_TYPE_STRING,
+}
+NAME_BY_DTYPE: Mapping[pb.DataType.ValueType, str] = {value: name for name, value in DTYPE_BY_NAME.items()}
+# Raw contents are little-endian whatever the host, hence the explicit byte order.
+_NUMPY_DTYPE: Mapping[pb.DataType.ValueType, np.dtype[Any]] = {
+    pb.DATA_TYPE_FLOAT32: np.dtype("<f4"),
+    pb.DATA_TYPE_FLOAT64: np.dtype("<f8"),
+    pb.DATA_TYPE_FLOAT16: np.dtype("<f2"),
+    pb.DATA_TYPE_INT32: np.dtype("<i4"),
+    pb.DATA_TYPE_INT64: np.dtype("<i8"),
+    pb.DATA_TYPE_BOOL: np.dtype("?"),
+}
+PRIORITY_BY_NAME: Mapping[str, pb.Priority.ValueType] = {
+    "low": pb.PRIORITY_LOW,
+    "normal": pb.PRIORITY_NORMAL,
+    "high": pb.PRIORITY_HIGH,
+}
+FINISH_REASON_NAMES: Mapping[pb.FinishReason.ValueType, str] = {
+    pb.FINISH_REASON_LENGTH: "length",
+    pb.FINISH_REASON_STOP: "stop",
+    pb.FINISH_REASON_CANCELLED: "cancelled",
+    pb.FINISH_REASON_ERROR: "error",
+}
+
+# Proto paths whose JSON name differs; `inputs[i].` prefixes are kept and the rest renamed.
+_JSON_FIELD_BY_PROTO: Mapping[str, str] = {
+    "text": "prompt",
+    "token_ids": "prompt_token_ids",
+    "token_ids.ids": "prompt_token_ids",
+    "raw_contents": "data_b64",
+    "contents": "data",
+}
+_INPUT_PATH = re.compile(r"^(inputs\[\d+\])\.(.+)$")
+
+
+def json_field_for(proto_path: str) -> str:
+    """The JSON field an HTTP caller sent for a server-side proto path, e.g. `sampling.top_p` -> `top_p`."""
+    if proto_path.startswith("sampling."):
+        return proto_path.removeprefix("sampling.")
+    if match := _INPUT_PATH.match(proto_path):
+        prefix, rest = match.groups()
+        head = rest.split(".", 1)[0]
+        return f"{prefix}.{_JSON_FIELD_BY_PROTO.get(head, rest)}"
+    return _JSON_FIELD_BY_PROTO.get(proto_path, proto_path)
+
+
+def _elements_of(
+    values: Sequence[Element], accepted: tuple[type, ...], *, field: str, dtype: str
+) -> list[Any]:
+    for value in values:
+        # bool is an int in Python, so an explicit check keeps `true` out of numeric tensors.
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            raise invalid_argument(
+                f"{field} holds {value!r}, which is not a {dtype} element",
+                reason="INVALID_TENSOR_DATA",
+                violations=(FieldViolation(field, f"elements must be {dtype}"),),
+            )
+    return list(values)
+
+
+def tensor_to_proto(tensor: TensorIn, index: int) -> pb.Tensor:
+    """One JSON input tensor as a protobuf Tensor, typed contents or raw bytes as the caller sent."""
+    dtype = DTYPE_BY_NAME[tensor.dtype]
+    message = pb.Tensor(name=tensor.name, dtype=dtype, shape=tensor.shape)
+    expected = math.prod(tensor.shape)
+    if tensor.data_b64 is not None:
+        field = f"inputs[{index}].data_b64"
+        try:
+            raw = base64.b64decode(tensor.data_b64, validate=True)
+        except binascii.Error as exc:
+            raise invalid_argument(
+                f"{field} is not valid base64",
+                reason="INVALID_TENSOR_DATA",
+                violations=(FieldViolation(field, "must be base64 of little-endian elements"),),
+            ) from exc
+        itemsize = _NUMPY_DTYPE[dtype].itemsize
+        if len(raw) != expected * itemsize:
+            raise _count_mismatch(field, f"{len(raw)} bytes", f"{expected * itemsize} bytes", tensor.shape)
+        message.raw_contents = raw
+        return message
+    field = f"inputs[{index}].data"
+    data = tensor.data if tensor.data is not None else []
+    if len(data) != expected:
+        raise _count_mismatch(field, f"{len(data)} elements", f"{expected}", tensor.shape)
+    contents = message.contents
+    try:
+        if tensor.dtype in ("FLOAT32", "FLOAT16"):
+            contents.fp32_contents.extend(_elements_of(data, (int, float), field=field, dtype=tensor.dtype))
+        elif tensor.dtype == "FLOAT64":
+            contents.fp64_contents.extend(_elements_of(data, (int, float), field=field, dtype=tensor.dtype))
+        elif tensor.dtype == "INT32":
+            contents.int32_contents.extend(_elements_of(data, (int,), field=field, dtype=tensor.dtype))
+        elif tensor.dtype == "INT64":
+            contents.int64_contents.extend(_elements_of(data, (int,), field=field, dtype=tensor.dtype))
+        elif tensor.dtype == "BOOL":
+            contents.bool_contents.extend(_elements_of(data, (bool,), field=field, dtype=tensor.dtype))
+        else:
+            contents.string_contents.extend(_elements_of(data, (str,), field=field, dtype=tensor.dtype))
+    except ValueError as exc:
+        # protobuf refuses integers outside the field's range.
+        raise invalid_argument(
+            f"{field} holds a value out of range for {tensor.dtype}",
+            reason="INVALID_TENSOR_DATA",
+            violations=(FieldViolation(field, str(exc)),),
+        ) from exc
+    return message
+
+
+def _count_mismatch(field: str, got: str, expected: str, shape: Sequence[int]) -> Exception:
+    return invalid_argument(
+        f"{field} has {got} but shape {list(shape)} needs {expected}",
+        reason="SHAPE_MISMATCH",
+        violations=(FieldViolation(field, f"must hold {expected} for shape {list(shape)}"),),
+    )
+
+
+def parameter_to_proto(value: Scalar) -> pb.ParameterValue:
+    if isinstance(value, bool):
+        return pb.ParameterValue(bool_value=value)
+    if isinstance(value, int):
+        return pb.ParameterValue(int64_value=value)
+    if isinstance(value, float):
+        return pb.ParameterValue(double_value=value)
+    return pb.ParameterValue(string_value=value)
+
+
+def infer_request_to_proto(body: InferBody, *, priority: pb.Priority.ValueType) -> pb.InferRequest:
+    """The InferRequest for a JSON body; outputs are asked for as raw bytes, decoded without a copy."""
+    try:
+        parameters = {key: parameter_to_proto(value) for key, value in body.parameters.items()}
+    except ValueError as exc:
+        raise invalid_argument(
+            "a parameter is out of range",
+            reason="INVALID_PARAMETER",
+            violations=(FieldViolation("parameters", str(exc)),),
+        ) from exc
+    return pb.InferRequest(
+        model=body.model,
+        inputs=[tensor_to_proto(tensor, index) for index, tensor in enumerate(body.inputs)],
+        parameters=parameters,
+        priority=priority,
+        request_id=body.request_id or "",
+        typed_outputs=False,
+    )
+
+
+def tensor_to_json(tensor: pb.Tensor) -> dict[str, Any]:
+    """One output tensor as JSON, read from raw bytes when present, else from typed contents."""
+    data: list[Any]
+    if tensor.raw_contents and tensor.dtype in _NUMPY_DTYPE:
+        data = np.frombuffer(tensor.raw_contents, dtype=_NUMPY_DTYPE[tensor.dtype]).tolist()
+    else:
+        contents = tensor.contents
+        typed: Mapping[pb.DataType.ValueType, Sequence[Any]] = {
+            pb.DATA_TYPE_FLOAT32: contents.fp32_contents,
+            pb.DATA_TYPE_FLOAT16: contents.fp32_contents,
+            pb.DATA_TYPE_FLOAT64: contents.fp64_contents,
+            pb.DATA_TYPE_INT32: contents.int32_contents,
+            pb.DATA_TYPE_INT64: contents.int64_contents,
+            pb.DATA_TYPE_BOOL: contents.bool_contents,
+            pb.DATA_TYPE_STRING: contents.string_contents,
+        }
+        data = list(typed.get(tensor.dtype, ()))
+    return {
+        "name": tensor.name,
+        "dtype": NAME_BY_DTYPE.get(tensor.dtype, "DATA_TYPE_UNSPECIFIED"),
+        "shape": list(tensor.shape),
+        "data": data,
+    }
+
+
+def _milliseconds(duration: duration_pb2.Duration) -> float:
+    return duration.seconds * 1000.0 + duration.nanos / 1e6
+
+
+def infer_response_to_json(response: pb.InferResponse) -> dict[str, Any]:
+    return {
+        "model": response.model,
+        "model_version": response.model_version,
+        "request_id": response.request_id,
+        "outputs": [tensor_to_json(tensor) for tensor in response.outputs],
+        "timings": {
+            "queue_wait_ms": _milliseconds(response.timings.queue_wait),
+            "compute_ms": _milliseconds(response.timings.compute),
+            "batch_size": response.timings.batch_size,
+        },
+    }
+
+
+def generate_request_to_proto(body: GenerateBody, *, priority: pb.Priority.ValueType) -> pb.GenerateRequest:
+    """The GenerateRequest for a JSON body; unset sampling fields stay unset so server defaults apply."""
+    sampling = pb.SamplingParams()
+    if body.max_tokens is not None:
+        sampling.max_tokens = body.max_tokens
+    if body.temperature is not None:
+        sampling.temperature = body.temperature
+    if body.top_p is not None:
+        sampling.top_p = body.top_p
+    if body.top_k is not None:
+        sampling.top_k = body.top_k
+    if body.seed is not None:
+        sampling.seed = body.seed
+    if body.stop is not None:
+        sampling.stop.extend([body.stop] if isinstance(body.stop, str) else body.stop)
+    request = pb.GenerateRequest(
+        model=body.model, sampling=sampling, priority=priority, request_id=body.request_id or ""
+    )
+    if body.prompt is not None:
+        request.text = body.prompt
+    else:
+        request.token_ids.ids.extend(body.prompt_token_ids or [])
+    return request
+
+
+def finish_reason_name(reason: pb.FinishReason.ValueType) -> str | None:
+    """The JSON finish_reason, or None while the generation is still going."""
+    return FINISH_REASON_NAMES.get(reason)
+
+
+def usage_to_json(usage: pb.Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def model_info_to_json(info: pb.ModelInfo) -> dict[str, Any]:
+    """ModelInfo in proto3 JSON, with field names as in the .proto and zero values included."""
+    return json_format.MessageToDict(
+        info, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )

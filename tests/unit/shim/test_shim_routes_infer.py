@@ -1,0 +1,188 @@
+"""The native routes other than /v1/generate, against the in-process fake upstream over a real uvicorn."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from conftest import RunningShim, ShimFactory, Upstream
+from grpc_health.v1 import health_pb2
+from sluice.inference.v1 import inference_pb2 as pb
+
+pytestmark = pytest.mark.anyio
+
+ECHO = {"model": "echo", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [3], "data": [1, 2.5, -4]}]}
+
+
+async def test_infer_round_trip(shim: RunningShim, upstream: Upstream) -> None:
+    response = await shim.client.post("/v1/infer", json={**ECHO, "request_id": "abc"})
+    assert response.status_code == 200
+    assert response.json() == {
+        "model": "echo",
+        "model_version": "7",
+        "request_id": "abc",
+        "outputs": [{"name": "x_x2", "dtype": "FLOAT32", "shape": [3], "data": [2.0, 5.0, -8.0]}],
+        "timings": {"queue_wait_ms": 1.5, "compute_ms": 1250.0, "batch_size": 3},
+    }
+    sent = upstream.servicer.infer_requests[-1]
+    assert list(sent.inputs[0].contents.fp32_contents) == [1.0, 2.5, -4.0]
+    assert sent.typed_outputs is False
+    assert sent.priority == pb.PRIORITY_UNSPECIFIED
+
+
+async def test_priority_from_body_then_header(shim: RunningShim, upstream: Upstream) -> None:
+    await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Priority": "low"})
+    assert upstream.servicer.infer_requests[-1].priority == pb.PRIORITY_LOW
+    await shim.client.post(
+        "/v1/infer", json={**ECHO, "priority": "high"}, headers={"X-Sluice-Priority": "low"}
+    )
+    assert upstream.servicer.infer_requests[-1].priority == pb.PRIORITY_HIGH
+    bad = await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Priority": "urgent"})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["field_violations"][0]["field"] == "X-Sluice-Priority"
+
+
+async def test_timeout_header_only_shortens_the_deadline(shim: RunningShim, upstream: Upstream) -> None:
+    await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Timeout-Ms": "1500"})
+    assert upstream.servicer.invocation_metadata[-1]["time_remaining"] <= 1.5
+    await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Timeout-Ms": "99999999"})
+    remaining = upstream.servicer.invocation_metadata[-1]["time_remaining"]
+    # gRPC rounds deadlines on the wire, so allow a little slack above the 60 s default.
+    assert 50 < remaining <= 61
+    bad = await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Timeout-Ms": "soon"})
+    assert bad.status_code == 400
+
+
+async def test_upstream_not_found_keeps_the_rich_details(shim: RunningShim) -> None:
+    response = await shim.client.post("/v1/infer", json={**ECHO, "model": "missing"})
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "NOT_FOUND"
+    assert error["reason"] == "MODEL_NOT_FOUND"
+    assert error["domain"] == "sluice.inference.v1"
+
+
+async def test_overload_is_429_with_retry_after(shim: RunningShim) -> None:
+    response = await shim.client.post("/v1/infer", json={**ECHO, "model": "busy"})
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "3"
+    assert response.json()["error"]["retry_after_s"] == pytest.approx(2.5)
+
+
+async def test_upstream_request_too_large_is_413(shim: RunningShim) -> None:
+    response = await shim.client.post("/v1/infer", json={**ECHO, "model": "huge"})
+    assert response.status_code == 413
+    assert response.json()["error"]["reason"] == "REQUEST_TOO_LARGE"
+
+
+async def test_bad_request_field_violations_pass_through(shim: RunningShim) -> None:
+    response = await shim.client.post("/v1/infer", json={**ECHO, "model": "bad-shape"})
+    assert response.status_code == 400
+    assert response.json()["error"]["field_violations"] == [
+        {"field": "inputs[0].shape", "description": "expected [4]", "proto_field": "inputs[0].shape"}
+    ]
+
+
+async def test_unavailable_unary_call_is_retried_by_the_channel(
+    shim: RunningShim, upstream: Upstream
+) -> None:
+    response = await shim.client.post("/v1/infer", json={**ECHO, "model": "flaky"})
+    assert response.status_code == 200
+    assert upstream.servicer.infer_attempts == 2
+
+
+async def test_malformed_json_is_400(shim: RunningShim, upstream: Upstream) -> None:
+    response = await shim.client.post(
+        "/v1/infer", content=b'{"model": ', headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "INVALID_ARGUMENT"
+    assert response.json()["error"]["reason"] == "MALFORMED_JSON"
+    assert upstream.servicer.infer_attempts == 0
+
+
+async def test_validation_failure_is_422_naming_json_fields(shim: RunningShim) -> None:
+    body = {"model": "echo", "inputs": [{"name": "x", "dtype": "FLOAT8", "shape": [1], "data": [1]}]}
+    response = await shim.client.post("/v1/infer", json=body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["reason"] == "VALIDATION_FAILED"
+    assert [v["field"] for v in error["field_violations"]] == ["inputs[0].dtype"]
+
+
+async def test_body_over_the_limit_is_refused_from_content_length(
+    start_shim: ShimFactory, upstream: Upstream
+) -> None:
+    small = await start_shim(max_body_bytes=64)
+    response = await small.client.post("/v1/infer", content=json.dumps(ECHO).encode() + b" " * 64)
+    assert response.status_code == 413
+    assert response.json()["error"]["reason"] == "REQUEST_TOO_LARGE"
+    assert upstream.servicer.infer_attempts == 0
+
+
+async def test_chunked_body_over_the_limit_is_refused_while_reading(
+    start_shim: ShimFactory, upstream: Upstream
+) -> None:
+    small = await start_shim(max_body_bytes=64)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b" " * 16
+
+    response = await small.client.post("/v1/infer", content=chunks())
+    assert response.status_code == 413
+    assert response.json()["error"]["reason"] == "REQUEST_TOO_LARGE"
+    assert upstream.servicer.infer_attempts == 0
+
+
+async def test_chunked_body_within_the_limit_is_accepted(shim: RunningShim) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        document = json.dumps(ECHO).encode()
+        for start in range(0, len(document), 7):
+            yield document[start : start + 7]
+
+    response = await shim.client.post("/v1/infer", content=chunks())
+    assert response.status_code == 200
+
+
+async def test_list_and_get_models(shim: RunningShim) -> None:
+    listed = await shim.client.get("/v1/models")
+    assert listed.status_code == 200
+    assert [model["name"] for model in listed.json()["models"]] == ["echo"]
+    one = await shim.client.get("/v1/models/echo")
+    assert one.json()["description"] == "doubles its input"
+    missing = await shim.client.get("/v1/models/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["metadata"] == {"model": "nope"}
+
+
+async def test_unknown_route_uses_the_same_error_shape(shim: RunningShim) -> None:
+    response = await shim.client.get("/v1/nothing-here")
+    assert response.status_code == 404
+    assert set(response.json()["error"]) == {
+        "code",
+        "message",
+        "reason",
+        "domain",
+        "metadata",
+        "field_violations",
+        "retry_after_s",
+    }
+
+
+async def test_healthz_and_readyz_follow_upstream_health(shim: RunningShim, upstream: Upstream) -> None:
+    assert (await shim.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await shim.client.get("/readyz")
+    assert ready.status_code == 200
+    await upstream.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    not_ready = await shim.client.get("/readyz")
+    assert not_ready.status_code == 503
+    assert not_ready.json()["upstream"] == "NOT_SERVING"
+
+
+async def test_readyz_is_503_when_upstream_is_unreachable(start_shim: ShimFactory) -> None:
+    orphan = await start_shim(upstream="127.0.0.1:1", ready_timeout_s=0.5)
+    response = await orphan.client.get("/readyz")
+    assert response.status_code == 503
+    assert (await orphan.client.get("/healthz")).status_code == 200
