@@ -20,9 +20,7 @@ from contextlib import contextmanager
 from typing import cast
 
 import grpc
-
-# googleapis-common-protos ships .pyi files but no py.typed marker, so mypy will not read them.
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 __all__ = [

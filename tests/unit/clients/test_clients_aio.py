@@ -23,8 +23,8 @@ from clients import (
     Usage,
 )
 
-if TYPE_CHECKING:  # the fixture's type only; conftest is not an importable package module
-    from conftest import FakeServer
+if TYPE_CHECKING:  # the fixture's type only; tests never import conftest at run time
+    from tests.unit.clients.conftest import FakeServer
 
 
 def test_infer_round_trips_tensors(fake_server: FakeServer) -> None:

@@ -22,8 +22,8 @@ from clients import (
     Usage,
 )
 
-if TYPE_CHECKING:  # the fixture's type only; conftest is not an importable package module
-    from conftest import FakeServer
+if TYPE_CHECKING:  # the fixture's type only; tests never import conftest at run time
+    from tests.unit.clients.conftest import FakeServer
 
 
 @pytest.fixture
