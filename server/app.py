@@ -188,14 +188,21 @@ class SluiceServer:
             await asyncio.sleep(self.settings.probe_interval_s)
 
     async def drain(self) -> None:
-        """SIGTERM: NOT_SERVING first, refuse new calls, let streams finish within the grace period."""
-        log.warning("draining: grace %.1fs", self.settings.grace_s)
-        self.interceptor.draining = True
+        """SIGTERM: health NOT_SERVING first, then refuse new calls (UNAVAILABLE), let in-flight calls
+        finish within the grace period, then stop the server. Health checks keep answering meanwhile."""
+        grace = self.settings.grace_s
+        log.warning("draining: grace %.1fs", grace)
         await self.health.enter_graceful_shutdown()
-        # Streams still running just before the grace period ends get a clean final message.
+        self.interceptor.draining = True
+        # Streams still running shortly before the grace period ends get a clean final message.
         for scheduler in self.servicer.schedulers.values():
-            scheduler.begin_drain(max(self.settings.grace_s - 0.5, 0.0))
-        await self.server.stop(self.settings.grace_s)
+            scheduler.begin_drain(max(grace - 0.5, 0.0))
+        gates_idle = asyncio.gather(self.infer_gate.idle.wait(), self.generate_gate.idle.wait())
+        try:
+            await asyncio.wait_for(gates_idle, grace)
+        except TimeoutError:
+            log.warning("grace period over with calls in flight; they are cancelled")
+        await self.server.stop(0.5)
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 
 from server.config import Settings, add_arguments, from_namespace
@@ -100,6 +101,7 @@ def up(argv: Sequence[str]) -> int:
         env=os.environ.copy(),
     )
     children = [server]
+    pumps: list[threading.Thread] = []
     try:
         grpc_port = _relay_until(server, r"listening on [^:]+:(\d+)")
         _relay_until(server, r"sluice server ready")
@@ -120,6 +122,9 @@ def up(argv: Sequence[str]) -> int:
         )
         children.append(shim)
         _relay_until(shim, r"listening on")
+        pumps += [threading.Thread(target=_pump, args=(child,), daemon=True) for child in children]
+        for pump in pumps:
+            pump.start()
         print(
             f"sluice up: gRPC on {ns.host}:{grpc_port}, HTTP on the shim above; Ctrl-C stops both", flush=True
         )
@@ -136,7 +141,16 @@ def up(argv: Sequence[str]) -> int:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
         codes = [child.wait(timeout=30) for child in reversed(children)]
+        for pump in pumps:
+            pump.join(timeout=5)
     return 0 if all(code in (0, -signal.SIGTERM) for code in codes) else 1
+
+
+def _pump(child: subprocess.Popen[str]) -> None:
+    """Relays the rest of a child's stdout once it is up."""
+    if child.stdout is not None:
+        for line in child.stdout:
+            print(line, end="", flush=True)
 
 
 def _relay_until(child: subprocess.Popen[str], pattern: str) -> str:

@@ -39,6 +39,8 @@ class AdmissionGate:
         self.ageing_s = ageing_s
         self.in_use = 0
         self.waiting = 0
+        self.idle = asyncio.Event()  # set while no slot is held: what a drain waits for
+        self.idle.set()
         self._heap: list[_Waiter] = []
         self._counter = itertools.count()
         self._service_s = 0.0  # EWMA of how long a slot is held
@@ -81,6 +83,7 @@ class AdmissionGate:
                 )
         if self.in_use < self.slots and not self.waiting:
             self.in_use += 1
+            self.idle.clear()
             return 0.0
         if self.waiting >= self.max_waiting:
             raise self.overloaded()
@@ -114,6 +117,8 @@ class AdmissionGate:
                 waiter.future.set_result(None)  # the slot passes straight to the waiter
                 return
         self.in_use -= 1
+        if self.in_use == 0:
+            self.idle.set()
 
     def _forget(self, future: asyncio.Future[None]) -> None:
         """Undoes a wait that ended without a slot; if the slot arrived meanwhile, hands it on."""

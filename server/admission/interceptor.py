@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.descriptor import Descriptor
@@ -53,7 +53,13 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: SluiceError)
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-class AdmissionInterceptor(grpc.aio.ServerInterceptor[Any, Any]):
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:  # the runtime class is not generic; only the type stubs are
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+
+
+class AdmissionInterceptor(_ServerInterceptor):
     def __init__(
         self,
         methods: Mapping[str, GuardedMethod],

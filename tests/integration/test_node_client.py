@@ -1,0 +1,45 @@
+"""The Node.js client (clients/node, @grpc/grpc-js) against the real server: models, Infer, Generate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.integration.test_python_client import reference_mlp
+from tests.support.processes import ROOT, ServerProcess
+
+NODE_DIR = ROOT / "clients" / "node"
+pytestmark = pytest.mark.skipif(
+    shutil.which("node") is None or not (NODE_DIR / "node_modules").is_dir(),
+    reason="node or clients/node/node_modules missing (scripts/setup.sh runs npm ci)",
+)
+
+
+def node(server: ServerProcess, *args: str) -> list[dict[str, object]]:
+    out = subprocess.run(["node", "cli.js", "--target", server.target, *args], cwd=NODE_DIR,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def test_node_lists_models(server: ServerProcess) -> None:
+    assert sorted(str(m["name"]) for m in node(server, "models")) == ["byte-lm", "mlp"]
+
+
+def test_node_infer_matches_the_model(server: ServerProcess) -> None:
+    (line,) = node(server, "infer", "mlp", "--fill", "0.5", "--size", "512")
+    outputs = line["outputs"]
+    y = outputs["y"] if isinstance(outputs, dict) else next(o for o in outputs if o["name"] == "y")  # type: ignore[union-attr]
+    got = np.asarray(y["data"], dtype=np.float32)  # type: ignore[index]
+    np.testing.assert_allclose(got, reference_mlp(np.full(512, 0.5, dtype=np.float32)), rtol=1e-4, atol=1e-5)
+
+
+def test_node_generate_streams_until_length(server: ServerProcess) -> None:
+    lines = node(server, "generate", "byte-lm", "Hello", "--max-tokens", "12", "--seed", "5")
+    assert len(lines) >= 2
+    assert lines[-1]["finish_reason"] == "length"
+    assert lines[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
