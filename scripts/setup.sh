@@ -6,8 +6,10 @@ python3 -m venv .venv
 pip_args=(--disable-pip-version-check --quiet)
 # torch==2.13.0 lies on this machine's disk; never let pip go fetch a multi-GB CUDA build.
 [ -d /opt/wheels ] && pip_args+=(--find-links /opt/wheels)
-.venv/bin/python -m pip install "${pip_args[@]}" -r requirements.lock
-.venv/bin/python -m pip install "${pip_args[@]}" --no-deps --no-build-isolation -e .
+# The machine's pip config names optional local indexes that may be absent; pip warns per package.
+quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
+quiet .venv/bin/python -m pip install "${pip_args[@]}" -r requirements.lock
+quiet .venv/bin/python -m pip install "${pip_args[@]}" --no-deps --no-build-isolation -e .
 if command -v npm >/dev/null 2>&1 && [ -f clients/node/package-lock.json ]; then
   (cd clients/node && npm ci --silent --no-audit --no-fund)
 fi

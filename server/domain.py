@@ -118,7 +118,7 @@ class GenerateSpec:
     model: str
     prompt_text: str | None
     prompt_ids: tuple[int, ...] | None
-    max_tokens: int | None
+    max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 

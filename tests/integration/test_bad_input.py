@@ -11,16 +11,21 @@ import numpy as np
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
 from tests.support.processes import ServerProcess, ShimProcess, wait_until
 
 X = np.ones(512, dtype=np.float32)
 
 
 def tensor(**overrides: object) -> pb.Tensor:
-    fields: dict[str, object] = {"name": "x", "dtype": pb.DATA_TYPE_FLOAT32, "shape": [512], "raw_contents": X.tobytes()}
+    fields: dict[str, object] = {
+        "name": "x",
+        "dtype": pb.DATA_TYPE_FLOAT32,
+        "shape": [512],
+        "raw_contents": X.tobytes(),
+    }
     fields.update(overrides)
     return pb.Tensor(**fields)  # type: ignore[arg-type]
 
@@ -47,8 +52,12 @@ def nothing_left_behind(server: ServerProcess, stub: pb_grpc.InferenceServiceStu
     yield
     reply = stub.Infer(pb.InferRequest(model="mlp", inputs=[tensor()]), timeout=30)
     assert reply.outputs[0].shape == [512]
-    tokens = list(stub.Generate(pb.GenerateRequest(model="byte-lm", text="ok",
-                                                   sampling=pb.SamplingParams(max_tokens=3)), timeout=30))
+    tokens = list(
+        stub.Generate(
+            pb.GenerateRequest(model="byte-lm", text="ok", sampling=pb.SamplingParams(max_tokens=3)),
+            timeout=30,
+        )
+    )
     assert tokens[-1].usage.completion_tokens == 3
     wait_until(lambda: server.metric("sluice_requests_in_flight") == 0, what="in-flight back to zero")
     wait_until(lambda: server.metric("sluice_requests_waiting") == 0, what="waiting back to zero")
@@ -57,19 +66,34 @@ def nothing_left_behind(server: ServerProcess, stub: pb_grpc.InferenceServiceStu
 INFER_CASES = {
     "unknown model": (pb.InferRequest(model="nope", inputs=[tensor()]), grpc.StatusCode.NOT_FOUND, None),
     "wrong dtype": (
-        pb.InferRequest(model="mlp", inputs=[tensor(dtype=pb.DATA_TYPE_FLOAT64,
-                                                    raw_contents=X.astype(np.float64).tobytes())]),
-        grpc.StatusCode.INVALID_ARGUMENT, "inputs[0].dtype",
+        pb.InferRequest(
+            model="mlp",
+            inputs=[tensor(dtype=pb.DATA_TYPE_FLOAT64, raw_contents=X.astype(np.float64).tobytes())],
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0].dtype",
     ),
-    "wrong shape": (pb.InferRequest(model="mlp", inputs=[tensor(shape=[2, 256])]),
-                    grpc.StatusCode.INVALID_ARGUMENT, "inputs[0].shape"),
-    "raw size mismatch": (pb.InferRequest(model="mlp", inputs=[tensor(raw_contents=X[:10].tobytes())]),
-                          grpc.StatusCode.INVALID_ARGUMENT, "inputs[0].raw_contents"),
-    "empty input": (pb.InferRequest(model="mlp", inputs=[tensor(shape=[0], raw_contents=b"")]),
-                    grpc.StatusCode.INVALID_ARGUMENT, "inputs[0].shape"),
+    "wrong shape": (
+        pb.InferRequest(model="mlp", inputs=[tensor(shape=[2, 256])]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0].shape",
+    ),
+    "raw size mismatch": (
+        pb.InferRequest(model="mlp", inputs=[tensor(raw_contents=X[:10].tobytes())]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0].raw_contents",
+    ),
+    "empty input": (
+        pb.InferRequest(model="mlp", inputs=[tensor(shape=[0], raw_contents=b"")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0].shape",
+    ),
     "no inputs": (pb.InferRequest(model="mlp"), grpc.StatusCode.INVALID_ARGUMENT, "inputs"),
-    "unset dtype": (pb.InferRequest(model="mlp", inputs=[tensor(dtype=pb.DATA_TYPE_UNSPECIFIED)]),
-                    grpc.StatusCode.INVALID_ARGUMENT, "inputs[0].dtype"),
+    "unset dtype": (
+        pb.InferRequest(model="mlp", inputs=[tensor(dtype=pb.DATA_TYPE_UNSPECIFIED)]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0].dtype",
+    ),
 }
 
 
@@ -96,8 +120,11 @@ GENERATE_CASES = {
     "max_tokens above limit": (sampling(max_tokens=10**6), "sampling.max_tokens", "LIMIT_EXCEEDED"),
     "temperature negative": (sampling(temperature=-0.5), "sampling.temperature", "INVALID_ARGUMENT"),
     "top_p zero": (sampling(top_p=0.0), "sampling.top_p", "INVALID_ARGUMENT"),
-    "token id outside vocab": (pb.GenerateRequest(model="byte-lm", token_ids=pb.TokenIds(ids=[1, 9999])),
-                               "token_ids.ids[1]", "INVALID_ARGUMENT"),
+    "token id outside vocab": (
+        pb.GenerateRequest(model="byte-lm", token_ids=pb.TokenIds(ids=[1, 9999])),
+        "token_ids.ids[1]",
+        "INVALID_ARGUMENT",
+    ),
     "no prompt": (pb.GenerateRequest(model="byte-lm"), "text", "INVALID_ARGUMENT"),
 }
 
@@ -131,8 +158,10 @@ def test_unknown_model_for_generate(stub: pb_grpc.InferenceServiceStub) -> None:
 def test_oversized_grpc_request_is_resource_exhausted(stub: pb_grpc.InferenceServiceStub) -> None:
     big = np.zeros(5 * 1024 * 1024 // 4, dtype=np.float32)  # 5 MiB > the 4 MiB default limit
     with pytest.raises(grpc.RpcError) as info:
-        stub.Infer(pb.InferRequest(model="mlp", inputs=[tensor(shape=[big.size], raw_contents=big.tobytes())]),
-                   timeout=30)
+        stub.Infer(
+            pb.InferRequest(model="mlp", inputs=[tensor(shape=[big.size], raw_contents=big.tobytes())]),
+            timeout=30,
+        )
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert details(info.value)[0] == "REQUEST_TOO_LARGE"
 
@@ -149,35 +178,58 @@ def fields_of(response: httpx.Response) -> list[str]:
 
 
 def test_http_unknown_model_is_404(shim: ShimProcess) -> None:
-    r = post(shim, "/v1/infer", json={"model": "nope", "inputs": [
-        {"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [0.0] * 512}]})
+    r = post(
+        shim,
+        "/v1/infer",
+        json={
+            "model": "nope",
+            "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [0.0] * 512}],
+        },
+    )
     assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": 10**6}, "max_tokens"),
-    ({"temperature": -1}, "temperature"),
-])
-def test_http_bad_sampling_names_the_same_field(shim: ShimProcess, body: dict[str, object], field: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 10**6}, "max_tokens"),
+        ({"temperature": -1}, "temperature"),
+    ],
+)
+def test_http_bad_sampling_names_the_same_field(
+    shim: ShimProcess, body: dict[str, object], field: str
+) -> None:
     r = post(shim, "/v1/generate", json={"model": "byte-lm", "prompt": "Hi", **body})
     assert r.status_code in (400, 422), r.text
     assert field in fields_of(r)
 
 
 def test_http_wrong_shape_is_400_naming_the_input(shim: ShimProcess) -> None:
-    r = post(shim, "/v1/infer", json={"model": "mlp", "inputs": [
-        {"name": "x", "dtype": "FLOAT32", "shape": [3], "data": [0.0] * 3}]})
+    r = post(
+        shim,
+        "/v1/infer",
+        json={"model": "mlp", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [3], "data": [0.0] * 3}]},
+    )
     assert r.status_code == 400, r.text
     assert any("inputs[0]" in f for f in fields_of(r))
 
 
 def test_http_malformed_json_is_400(shim: ShimProcess) -> None:
-    r = post(shim, "/v1/generate", content=b'{"model": "byte-lm", "prompt": ', headers={"content-type": "application/json"})
+    r = post(
+        shim,
+        "/v1/generate",
+        content=b'{"model": "byte-lm", "prompt": ',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 400 and r.json()["error"]["reason"] == "MALFORMED_JSON"
 
 
 def test_http_oversized_body_is_413(shim: ShimProcess) -> None:
-    r = post(shim, "/v1/generate", content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
-             headers={"content-type": "application/json"})
+    r = post(
+        shim,
+        "/v1/generate",
+        content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 413 and r.json()["error"]["reason"] == "REQUEST_TOO_LARGE"

@@ -19,7 +19,9 @@ def tokens(server: ServerProcess) -> float:
 
 def settle(server: ServerProcess) -> None:
     wait_until(lambda: server.metric("sluice_sequences_active", **MODEL) == 0, what="no active sequences")
-    wait_until(lambda: server.metric("sluice_requests_in_flight", method="Generate") == 0, what="no stream in flight")
+    wait_until(
+        lambda: server.metric("sluice_requests_in_flight", method="Generate") == 0, what="no stream in flight"
+    )
 
 
 def assert_stopped(server: ServerProcess, before: float, received: int) -> None:
@@ -52,7 +54,10 @@ def test_closing_the_sse_connection_stops_generation(server: ServerProcess, shim
     before = tokens(server)
     received = 0
     body = {"model": "byte-lm", "prompt": "disconnect", "max_tokens": 900, "seed": 2, "stream": True}
-    with httpx.Client(timeout=30) as http, http.stream("POST", f"{shim.url}/v1/generate", json=body) as response:
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("POST", f"{shim.url}/v1/generate", json=body) as response,
+    ):
         assert response.status_code == 200
         for line in response.iter_lines():
             if line.startswith("data:") and (data := json.loads(line[5:])).get("token_ids"):

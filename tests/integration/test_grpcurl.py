@@ -1,4 +1,5 @@
-"""Acceptance 1: a real grpcurl lists services by reflection, describes the service, calls Infer, streams Generate."""
+"""Acceptance 1: a real grpcurl lists services by reflection, describes the service, calls Infer,
+streams Generate."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def grpcurl(server: ServerProcess, *args: str, data: str | None = None) -> subpr
     cmd = [GRPCURL, "-plaintext", "-max-time", "30"]
     if data is not None:
         cmd += ["-d", data]
-    return subprocess.run([*cmd, server.target, *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [*cmd, server.target, *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_lists_services_through_reflection(server: ServerProcess) -> None:
@@ -32,16 +35,27 @@ def test_lists_services_through_reflection(server: ServerProcess) -> None:
 def test_describes_the_inference_service(server: ServerProcess) -> None:
     out = grpcurl(server, "describe", "sluice.inference.v1.InferenceService")
     assert out.returncode == 0, out.stderr
-    for rpc in ("rpc Infer", "rpc Generate", "returns ( stream .sluice.inference.v1.GenerateResponse )",
-                "rpc ListModels", "rpc GetModel"):
+    for rpc in (
+        "rpc Infer",
+        "rpc Generate",
+        "returns ( stream .sluice.inference.v1.GenerateResponse )",
+        "rpc ListModels",
+        "rpc GetModel",
+    ):
         assert rpc in out.stdout
 
 
 def test_infer_with_a_hand_typed_json_body(server: ServerProcess) -> None:
     body = {
         "model": "mlp",
-        "inputs": [{"name": "x", "dtype": "DATA_TYPE_FLOAT32", "shape": [512],
-                    "contents": {"fp32Contents": [0.01 * i for i in range(512)]}}],
+        "inputs": [
+            {
+                "name": "x",
+                "dtype": "DATA_TYPE_FLOAT32",
+                "shape": [512],
+                "contents": {"fp32Contents": [0.01 * i for i in range(512)]},
+            }
+        ],
         "typedOutputs": True,
     }
     out = grpcurl(server, "sluice.inference.v1.InferenceService/Infer", data=json.dumps(body))
@@ -55,7 +69,11 @@ def test_infer_with_a_hand_typed_json_body(server: ServerProcess) -> None:
 
 
 def test_streams_generate(server: ServerProcess) -> None:
-    body = {"model": "byte-lm", "text": "Hello", "sampling": {"maxTokens": 12, "seed": "7", "temperature": 0.8}}
+    body = {
+        "model": "byte-lm",
+        "text": "Hello",
+        "sampling": {"maxTokens": 12, "seed": "7", "temperature": 0.8},
+    }
     out = grpcurl(server, "sluice.inference.v1.InferenceService/Generate", data=json.dumps(body))
     assert out.returncode == 0, out.stderr
     decoder, text, messages, pos = json.JSONDecoder(), out.stdout.strip(), [], 0

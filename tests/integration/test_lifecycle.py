@@ -1,4 +1,5 @@
-"""Acceptance 4 and 5: health across warm-up and drain (and /readyz following it); SIGTERM during 8 streams."""
+"""Acceptance 4 and 5: health across warm-up and drain (and /readyz following it);
+SIGTERM during 8 streams."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
 from tests.support.processes import start_server, start_shim, wait_until
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -41,8 +42,11 @@ def test_health_follows_warmup_and_drain_and_readyz_follows_health() -> None:
 
             # A stream in flight keeps the drain going while we look at health.
             stub = pb_grpc.InferenceServiceStub(channel)
-            stream = stub.Generate(pb.GenerateRequest(
-                model="byte-lm", text="drain", sampling=pb.SamplingParams(max_tokens=1000, temperature=0)))
+            stream = stub.Generate(
+                pb.GenerateRequest(
+                    model="byte-lm", text="drain", sampling=pb.SamplingParams(max_tokens=1000, temperature=0)
+                )
+            )
             next(stream)
             server.proc.send_signal(signal.SIGTERM)
             assert next(watch).status == NOT_SERVING
@@ -67,8 +71,11 @@ def test_sigterm_during_eight_streams_ends_each_cleanly_and_exits_zero() -> None
     def consume(index: int) -> None:
         with grpc.insecure_channel(server.target) as channel:
             stub = pb_grpc.InferenceServiceStub(channel)
-            request = pb.GenerateRequest(model="byte-lm", text=f"stream {index}",
-                                         sampling=pb.SamplingParams(max_tokens=100 + 400 * index, seed=index))
+            request = pb.GenerateRequest(
+                model="byte-lm",
+                text=f"stream {index}",
+                sampling=pb.SamplingParams(max_tokens=100 + 400 * index, seed=index),
+            )
             try:
                 stream = stub.Generate(request, timeout=60)
                 message = next(stream)

@@ -16,8 +16,19 @@ from tests.support.processes import Process, spawn
 
 def test_sluice_up_serves_a_streamed_completion_and_stops_on_ctrl_c() -> None:
     sluice = str(Path(sys.executable).parent / "sluice")
-    up = spawn(Process, "up", ["-c", "import sys; from server.cli import main; sys.exit(main())",
-                               "up", "--grpc-port", "0", "--http-port", "0"])
+    up = spawn(
+        Process,
+        "up",
+        [
+            "-c",
+            "import sys; from server.cli import main; sys.exit(main())",
+            "up",
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+        ],
+    )
     assert Path(sluice).exists()  # the console script the README's command runs
     try:
         grpc_port = int(up.wait_for_line(r"sluice server listening on [^:]+:(\d+)").group(1))
@@ -42,5 +53,7 @@ def test_sluice_up_serves_a_streamed_completion_and_stops_on_ctrl_c() -> None:
         if up.proc.poll() is None:
             up.proc.kill()
             up.proc.wait()
-    leftovers = subprocess.run(["pgrep", "-f", f"--upstream 127.0.0.1:{grpc_port}"], capture_output=True, check=False)
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"--upstream 127.0.0.1:{grpc_port}"], capture_output=True, check=False
+    )
     assert leftovers.stdout == b"", "the shim outlived sluice up"

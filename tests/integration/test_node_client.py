@@ -20,8 +20,14 @@ pytestmark = pytest.mark.skipif(
 
 
 def node(server: ServerProcess, *args: str) -> list[dict[str, object]]:
-    out = subprocess.run(["node", "cli.js", "--target", server.target, *args], cwd=NODE_DIR,
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        ["node", "cli.js", "--target", server.target, *args],
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 

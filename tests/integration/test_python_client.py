@@ -64,14 +64,18 @@ def test_async_client_runs_concurrent_calls(server: ServerProcess) -> None:
 
     outputs, text = asyncio.run(main())
     for i, y in enumerate(outputs):
-        np.testing.assert_allclose(y, reference_mlp(np.full(512, i / 10, dtype=np.float32)), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            y, reference_mlp(np.full(512, i / 10, dtype=np.float32)), rtol=1e-4, atol=1e-5
+        )
     assert text
 
 
 def test_seeded_generation_is_reproducible(server: ServerProcess) -> None:
     with SluiceClient(server.target) as client:
-        runs = [[t for c in client.generate("byte-lm", "seed", max_tokens=16, seed=42) for t in c.token_ids]
-                for _ in range(2)]
+        runs = [
+            [t for c in client.generate("byte-lm", "seed", max_tokens=16, seed=42) for t in c.token_ids]
+            for _ in range(2)
+        ]
         other = [t for c in client.generate("byte-lm", "seed", max_tokens=16, seed=43) for t in c.token_ids]
     assert runs[0] == runs[1]
     assert runs[0] != other

@@ -53,9 +53,13 @@ class Process:
             try:
                 line = self._queue.get(timeout=max(deadline - time.monotonic(), 0.001))
             except queue.Empty:
-                raise TimeoutError(f"{self.name}: no line /{pattern}/ in {timeout}s; {self.diagnostics()}") from None
+                raise TimeoutError(
+                    f"{self.name}: no line /{pattern}/ in {timeout}s; {self.diagnostics()}"
+                ) from None
             if line is None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.wait()}) before /{pattern}/; {self.diagnostics()}")
+                raise RuntimeError(
+                    f"{self.name} exited ({self.proc.wait()}) before /{pattern}/; {self.diagnostics()}"
+                )
             self.lines.append(line)
             if m := re.search(pattern, line):
                 return m
@@ -116,7 +120,9 @@ class ServerProcess(Process):
 
 def start_server(*flags: str, wait_ready: bool = True) -> ServerProcess:
     server = spawn(
-        ServerProcess, "server", ["-m", "server", "--port", "0", "--metrics-port", "0", "--log-level", "WARNING", *flags]
+        ServerProcess,
+        "server",
+        ["-m", "server", "--port", "0", "--metrics-port", "0", "--log-level", "WARNING", *flags],
     )
     m = server.wait_for_line(r"listening on [^:]+:(\d+) \(metrics http://[^:]+:(\d+)/metrics\)")
     server.port, server.metrics_port = int(m.group(1)), int(m.group(2))
@@ -136,7 +142,9 @@ class ShimProcess(Process):
 
 def start_shim(upstream: str, *flags: str) -> ShimProcess:
     shim = spawn(
-        ShimProcess, "shim", ["-m", "shim", "--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags]
+        ShimProcess,
+        "shim",
+        ["-m", "shim", "--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags],
     )
     shim.port = int(shim.wait_for_line(r"listening on http://[^:]+:(\d+)").group(1))
     return shim

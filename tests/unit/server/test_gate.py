@@ -1,0 +1,138 @@
+"""AdmissionGate: slot accounting, the queue bound, priority with ageing, cancellation and deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.admission.gate import AdmissionGate
+from server.domain import Priority
+from server.errors import DeadlineExpired, DeadlineUnmeetable, Overloaded
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_refuses_beyond_slots_plus_queue() -> None:
+    async def main() -> None:
+        gate = AdmissionGate("t", slots=2, max_waiting=1)
+        await gate.acquire(Priority.NORMAL, None)
+        await gate.acquire(Priority.NORMAL, None)
+        waiter = asyncio.create_task(gate.acquire(Priority.NORMAL, None))
+        await asyncio.sleep(0)
+        assert (gate.in_use, gate.waiting, gate.is_full()) == (2, 1, True)
+        with pytest.raises(Overloaded) as info:
+            await gate.acquire(Priority.NORMAL, None)
+        assert info.value.metadata["queue_depth"] == "1" and info.value.retry_after_s is not None
+        gate.release(0.01)
+        await waiter
+        assert (gate.in_use, gate.waiting) == (2, 0)
+        gate.release(0.01)
+        gate.release(0.01)
+        assert gate.in_use == 0 and gate.idle.is_set()
+
+    run(main())
+
+
+def test_priority_first_but_ageing_prevents_starvation() -> None:
+    async def main() -> list[str]:
+        gate = AdmissionGate("t", slots=1, max_waiting=10, ageing_s=0.5)
+        await gate.acquire(Priority.NORMAL, None)
+        order: list[str] = []
+        loop = asyncio.get_running_loop()
+
+        async def waiter(name: str, priority: Priority) -> None:
+            await gate.acquire(priority, None)
+            order.append(name)
+
+        # An old LOW request: its key is 1.5 s older than a fresh HIGH one's advantage (2 x 0.5 s) can beat.
+        low = asyncio.create_task(waiter("old-low", Priority.LOW))
+        await asyncio.sleep(0)
+        gate._heap[0].key -= 1.5  # it has waited 1.5 s
+        tasks = [
+            low,
+            loop.create_task(waiter("normal", Priority.NORMAL)),
+            loop.create_task(waiter("high", Priority.HIGH)),
+        ]
+        await asyncio.sleep(0)
+        for _ in range(3):
+            gate.release(0.01)
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert run(main()) == ["old-low", "high", "normal"]
+
+
+def test_high_priority_overtakes_fresh_normal() -> None:
+    async def main() -> list[str]:
+        gate = AdmissionGate("t", slots=1, max_waiting=10)
+        await gate.acquire(Priority.NORMAL, None)
+        order: list[str] = []
+
+        async def waiter(name: str, priority: Priority) -> None:
+            await gate.acquire(priority, None)
+            order.append(name)
+            gate.release(0.0)
+
+        tasks = [
+            asyncio.create_task(waiter(n, p))
+            for n, p in [("low", Priority.LOW), ("normal", Priority.NORMAL), ("high", Priority.HIGH)]
+        ]
+        await asyncio.sleep(0)
+        gate.release(0.0)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert run(main()) == ["high", "normal", "low"]
+
+
+def test_cancelled_waiter_frees_its_queue_place_and_never_gets_a_slot() -> None:
+    async def main() -> None:
+        gate = AdmissionGate("t", slots=1, max_waiting=1)
+        await gate.acquire(Priority.NORMAL, None)
+        waiter = asyncio.create_task(gate.acquire(Priority.NORMAL, None))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert gate.waiting == 0
+        gate.release(0.01)
+        assert gate.in_use == 0
+
+    run(main())
+
+
+def test_deadline_expires_while_waiting() -> None:
+    async def main() -> None:
+        gate = AdmissionGate("t", slots=1, max_waiting=4)
+        await gate.acquire(Priority.NORMAL, None)
+        with pytest.raises(DeadlineExpired):
+            await gate.acquire(Priority.NORMAL, 0.01)
+        assert (gate.in_use, gate.waiting) == (1, 0)
+        with pytest.raises(DeadlineExpired):
+            await gate.acquire(Priority.NORMAL, 0.0)
+
+    run(main())
+
+
+def test_unmeetable_deadline_is_refused_up_front() -> None:
+    async def main() -> None:
+        gate = AdmissionGate("t", slots=1, max_waiting=4)
+        await gate.acquire(Priority.NORMAL, None)
+        gate.release(0.5)  # teaches the gate that a call holds its slot for 0.5 s
+        await gate.acquire(Priority.NORMAL, None)
+        with pytest.raises(DeadlineUnmeetable) as info:
+            await gate.acquire(Priority.NORMAL, 0.1)
+        assert gate.waiting == 0 and info.value.retry_after_s is not None
+
+    run(main())
+
+
+def test_bad_settings_name_the_setting() -> None:
+    with pytest.raises(ValueError, match="max_concurrency"):
+        AdmissionGate("t", slots=0, max_waiting=1)
+    with pytest.raises(ValueError, match="max_queue"):
+        AdmissionGate("t", slots=1, max_waiting=-1)
