@@ -34,3 +34,15 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
 @pytest.fixture
 def stub(channel: grpc.Channel) -> pb_grpc.InferenceServiceStub:
     return pb_grpc.InferenceServiceStub(channel)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CUDA-marked tests run only where torch sees a GPU (scripts/cuda_check.sh runs them on one)."""
+    import torch  # noqa: PLC0415 - only needed at collection
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
