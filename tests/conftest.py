@@ -38,7 +38,7 @@ def stub(channel: grpc.Channel) -> pb_grpc.InferenceServiceStub:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """CUDA-marked tests run only where torch sees a GPU (scripts/cuda_check.sh runs them on one)."""
-    import torch  # noqa: PLC0415 - only needed at collection
+    import torch
 
     if torch.cuda.is_available():
         return

@@ -31,8 +31,10 @@ def test_cuda_probe_sees_an_allocation() -> None:
     before = probe.read()
     block = torch.empty(512 * 2**20, dtype=torch.uint8, device=GPU)
     after = probe.read()
-    print(f"\nCUDA probe: used {before.used_bytes / 2**30:.2f} -> {after.used_bytes / 2**30:.2f} GiB "
-          f"of {after.budget_bytes / 2**30:.1f} GiB")
+    print(
+        f"\nCUDA probe: used {before.used_bytes / 2**30:.2f} -> {after.used_bytes / 2**30:.2f} GiB "
+        f"of {after.budget_bytes / 2**30:.1f} GiB"
+    )
     assert after.used_bytes - before.used_bytes >= 500 * 2**20
     del block
     assert make_probe("auto", GPU, 0).name == "cuda"
@@ -74,7 +76,8 @@ class _Hungry(MlpModel):
 
     def forward(self, batch):  # type: ignore[no-untyped-def]
         if len(batch) > 1:
-            torch.empty(int(1.5 * torch.cuda.get_device_properties(GPU).total_memory), dtype=torch.uint8, device=GPU)
+            too_much = int(1.5 * torch.cuda.get_device_properties(GPU).total_memory)
+            torch.empty(too_much, dtype=torch.uint8, device=GPU)
         return super().forward(batch)
 
 
@@ -83,18 +86,22 @@ def test_a_real_cuda_oom_splits_the_batch_and_trips_the_breaker() -> None:
         model = _Hungry(width=256, max_batch_size=8, device=GPU)
         breaker = MemoryBreaker(CudaProbe(GPU), high=0.99, low=0.98, interval_s=1)
         worker = ModelWorker("cuda-oom")
-        batcher = DynamicBatcher(model, worker, max_batch_size=4, max_delay_s=0.05, breaker=breaker,
-                                 metrics=Metrics())
+        batcher = DynamicBatcher(
+            model, worker, max_batch_size=4, max_delay_s=0.05, breaker=breaker, metrics=Metrics()
+        )
         task = asyncio.create_task(batcher.run())
         items = [InferItem("mlp", {"x": np.full(512, i, dtype=np.float32)}) for i in range(4)]
-        results = await asyncio.gather(*(batcher.submit(item, None) for item in items), return_exceptions=True)
+        calls = (batcher.submit(item, None) for item in items)
+        results = await asyncio.gather(*calls, return_exceptions=True)
         task.cancel()
         worker.shutdown()
         return results, breaker.is_open
 
     results, opened = asyncio.run(main())
-    print(f"\nCUDA OOM: {sum(not isinstance(r, Exception) for r in results)}/4 answered after splitting; "
-          f"breaker opened={opened}")
+    print(
+        f"\nCUDA OOM: {sum(not isinstance(r, Exception) for r in results)}/4 answered after splitting; "
+        f"breaker opened={opened}"
+    )
     assert not any(isinstance(r, OutOfMemory) for r in results)
     assert all(not isinstance(r, Exception) for r in results)
     assert opened
@@ -109,7 +116,8 @@ def test_server_serves_infer_and_generate_on_the_gpu() -> None:
             chunks = list(client.generate("byte-lm", "GPU", max_tokens=32, seed=1))
         assert y.shape == (512,)
         assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 32
-        print(f"\nCUDA server: memory used {server.metric('sluice_memory_used_bytes') / 2**30:.2f} GiB (probe cuda)")
+        used = server.metric("sluice_memory_used_bytes") / 2**30
+        print(f"\nCUDA server: memory used {used:.2f} GiB (probe cuda)")
         assert server.metric("sluice_memory_used_bytes", probe="cuda") > 0
     finally:
         assert server.terminate() == 0
