@@ -146,20 +146,21 @@ class SluiceServer:
         self, model: GenerativeModel, worker: ModelWorker
     ) -> ContinuousScheduler:
         s = self.settings
-        cache = await worker.run(model.allocate_cache, s.max_sequences, s.context_length)
+        context = min(s.context_length, model.descriptor.limits.context_length or s.context_length)
+        cache = await worker.run(model.allocate_cache, s.max_sequences, context)
         log.info(
             "KV cache for %s: %d slots x %d tokens = %.1f MiB",
             model.descriptor.name,
             s.max_sequences,
-            s.context_length,
+            context,
             cache / 2**20,
         )
         scheduler = ContinuousScheduler(
             model,
             worker,
             max_sequences=s.max_sequences,
-            context_length=s.context_length,
-            default_max_tokens=s.default_max_tokens,
+            context_length=context,
+            default_max_tokens=min(s.default_max_tokens, context - 1),
             stream_buffer=s.stream_buffer,
             stall_timeout_s=s.stall_timeout_s,
             breaker=self.breaker,

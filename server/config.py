@@ -18,6 +18,7 @@ class Settings:
     metrics_port: int = 0
     models: tuple[str, ...] = DEFAULT_MODELS
     plugins: tuple[str, ...] = ()
+    hf_models: tuple[str, ...] = ()  # NAME=DIRECTORY of a Hugging Face causal LM (the `hf` extra)
     device: str = "auto"
     torch_threads: int = 0
     lm_size: str = "tiny"
@@ -48,7 +49,8 @@ class Settings:
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
-        _check(bool(self.models), "models", "name at least one model")
+        _check(bool(self.models) or bool(self.hf_models), "models", "name at least one model")
+        _check(all("=" in spec for spec in self.hf_models), "hf_models", "each entry is NAME=DIRECTORY")
         _check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             "device",
@@ -103,6 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, default=",".join(DEFAULT_MODELS), help="comma-separated model names")
         elif f.name == "plugins":
             parser.add_argument(flag, default="", help="comma-separated modules that call register_model()")
+        elif f.name == "hf_models":
+            parser.add_argument(flag, default="", help="comma-separated NAME=DIR of Hugging Face causal LMs")
         elif f.name == "max_concurrency":
             parser.add_argument(flag, type=int, default=None, help="slots (default: derived from memory)")
         else:
@@ -111,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def from_namespace(ns: argparse.Namespace) -> Settings:
     values = {f.name: getattr(ns, f.name) for f in fields(Settings)}
-    for name in ("models", "plugins"):
+    for name in ("models", "plugins", "hf_models"):
         values[name] = tuple(m.strip() for m in str(values[name]).split(",") if m.strip())
     return Settings(**values)
 

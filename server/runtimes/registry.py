@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -48,4 +49,20 @@ def build_models(settings: Settings, device: torch.device) -> list[Model]:
     unknown = [name for name in settings.models if name not in _FACTORIES]
     if unknown:
         raise ValueError(f"invalid setting models: unknown {unknown}; known: {sorted(_FACTORIES)}")
-    return [_FACTORIES[name](settings, device) for name in settings.models]
+    models = [_FACTORIES[name](settings, device) for name in settings.models]
+    for spec in settings.hf_models:
+        name, _, directory = spec.partition("=")
+        if not Path(directory).is_dir():
+            raise ValueError(f"invalid setting hf_models: {directory!r} is not a directory")
+        from server.runtimes.hf_causal import HfCausalLm
+
+        models.append(
+            HfCausalLm(
+                Path(directory),
+                name=name,
+                context_length=settings.context_length,
+                max_sequences=settings.max_sequences,
+                device=device,
+            )
+        )
+    return models
