@@ -33,10 +33,8 @@ class HfCausalLm(GenerativeModel):
         self.head_dim = int(
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         )
-        limit = int(
-            getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", context_length)
-        )
-        self.context_length = min(context_length, limit)
+        limit: Any = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        self.context_length = min(context_length, int(limit or context_length))
         self.tokenizer = _load_tokenizer(path)
         self._bytes = _token_bytes_table(self.tokenizer, self.vocab_size)
         eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer else config.eos_token_id
