@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from server.admission.breaker import MemoryBreaker
+from server.batching.requests import resolve_request
 from server.batching.sampling import sample, uniforms
 from server.batching.slots import SlotPool
 from server.batching.stream import TokenStream, merge
@@ -27,8 +28,6 @@ from server.batching.text import TextAssembler
 from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, SamplingParams, StreamError, TokenChunk, Usage
 from server.errors import (
-    InvalidArgument,
-    LimitExceeded,
     ModelFailure,
     OutOfMemory,
     ShuttingDown,
@@ -106,7 +105,12 @@ class ContinuousScheduler:
     # -- the request side (event loop) ------------------------------------------------------------
     def submit(self, spec: GenerateSpec) -> GenSequence:
         """Validates against the model's limits (raising before the stream starts) and queues to join."""
-        prompt, params = self._validate(spec)
+        prompt, params = resolve_request(
+            spec,
+            self.model,
+            context_length=self.pool.context_length,
+            default_max_tokens=self.default_max_tokens,
+        )
         seed = spec.seed if spec.seed is not None else secrets.randbits(63)
         seq = GenSequence(
             prompt,
@@ -353,52 +357,3 @@ class ContinuousScheduler:
             return exc
         log.exception("decode step failed", exc_info=exc)
         return ModelFailure(f"the decode step failed: {type(exc).__name__}: {exc}")
-
-    # -- validation -----------------------------------------------------------------------------------
-    def _validate(self, spec: GenerateSpec) -> tuple[list[int], SamplingParams]:
-        limits = self.model.descriptor.limits
-        context = self.pool.context_length
-        if spec.prompt_ids is not None:
-            prompt = list(spec.prompt_ids)
-            for index, token in enumerate(prompt):
-                if not 0 <= token < self.model.vocab_size:
-                    raise InvalidArgument(
-                        f"token id {token} is outside the vocabulary [0, {self.model.vocab_size})",
-                        field=f"token_ids.ids[{index}]",
-                    )
-            prompt_field = "token_ids.ids"
-        else:
-            prompt = self.model.encode(spec.prompt_text or "")
-            prompt_field = "text"
-        if len(prompt) >= context:
-            raise LimitExceeded(
-                f"the prompt has {len(prompt)} tokens; context_length is {context}",
-                field=prompt_field,
-                metadata={"context_length": context, "prompt_tokens": len(prompt)},
-            )
-        if spec.max_tokens is None:
-            max_tokens = min(self.default_max_tokens, context - len(prompt))
-        else:
-            max_tokens = spec.max_tokens
-            if max_tokens > limits.max_tokens:
-                raise LimitExceeded(
-                    f"max_tokens {max_tokens} exceeds the model's limit of {limits.max_tokens}",
-                    field="sampling.max_tokens",
-                    metadata={"max_tokens_limit": limits.max_tokens},
-                )
-            if len(prompt) + max_tokens > context:
-                raise LimitExceeded(
-                    f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "
-                    f"context_length {context}",
-                    field="sampling.max_tokens",
-                    metadata={"context_length": context, "prompt_tokens": len(prompt)},
-                )
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if spec.temperature is None else spec.temperature,
-            top_p=1.0 if spec.top_p is None else spec.top_p,
-            top_k=spec.top_k or 0,
-            seed=spec.seed,
-            stop=spec.stop,
-        )
-        return prompt, params

@@ -1,0 +1,60 @@
+"""Generate requests against a model's limits: prompt tokens, max_tokens and the context length, defaults
+for unset sampling settings. A request that can never fit is refused here, naming the limit."""
+
+from __future__ import annotations
+
+from server.domain import GenerateSpec, SamplingParams
+from server.errors import InvalidArgument, LimitExceeded
+from server.runtimes.base import GenerativeModel
+
+
+def resolve_request(
+    spec: GenerateSpec, model: GenerativeModel, *, context_length: int, default_max_tokens: int
+) -> tuple[list[int], SamplingParams]:
+    """The prompt's token ids and complete sampling settings; raises InvalidArgument / LimitExceeded naming
+    the field before the stream starts."""
+    limits = model.descriptor.limits
+    context = context_length
+    if spec.prompt_ids is not None:
+        prompt = list(spec.prompt_ids)
+        for index, token in enumerate(prompt):
+            if not 0 <= token < model.vocab_size:
+                raise InvalidArgument(
+                    f"token id {token} is outside the vocabulary [0, {model.vocab_size})",
+                    field=f"token_ids.ids[{index}]",
+                )
+        prompt_field = "token_ids.ids"
+    else:
+        prompt = model.encode(spec.prompt_text or "")
+        prompt_field = "text"
+    if len(prompt) >= context:
+        raise LimitExceeded(
+            f"the prompt has {len(prompt)} tokens; context_length is {context}",
+            field=prompt_field,
+            metadata={"context_length": context, "prompt_tokens": len(prompt)},
+        )
+    if spec.max_tokens is None:
+        max_tokens = min(default_max_tokens, context - len(prompt))
+    else:
+        max_tokens = spec.max_tokens
+        if max_tokens > limits.max_tokens:
+            raise LimitExceeded(
+                f"max_tokens {max_tokens} exceeds the model's limit of {limits.max_tokens}",
+                field="sampling.max_tokens",
+                metadata={"max_tokens_limit": limits.max_tokens},
+            )
+        if len(prompt) + max_tokens > context:
+            raise LimitExceeded(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds context_length {context}",
+                field="sampling.max_tokens",
+                metadata={"context_length": context, "prompt_tokens": len(prompt)},
+            )
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if spec.temperature is None else spec.temperature,
+        top_p=1.0 if spec.top_p is None else spec.top_p,
+        top_k=spec.top_k or 0,
+        seed=spec.seed,
+        stop=spec.stop,
+    )
+    return prompt, params
