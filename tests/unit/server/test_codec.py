@@ -1,0 +1,82 @@
+"""Codec: raw tensors decode without a copy; malformed tensors name their field; bad UTF-8 is located."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sluice.inference.v1 import inference_pb2 as pb
+
+from server.codec.messages import decode_generate, encode_chunk
+from server.codec.tensors import decode_tensor, encode_tensor
+from server.codec.wire import find_invalid_utf8
+from server.domain import FinishReason, StreamError, TokenChunk, Usage
+from server.errors import InvalidArgument
+
+
+def test_raw_contents_decode_as_a_view_of_the_message_bytes() -> None:
+    x = np.arange(6, dtype=np.float32)
+    tensor = pb.Tensor(name="x", dtype=pb.DATA_TYPE_FLOAT32, shape=[2, 3], raw_contents=x.tobytes())
+    array = decode_tensor(tensor, "inputs[0]")
+    assert array.shape == (2, 3) and not array.flags.owndata and not array.flags.writeable
+    np.testing.assert_array_equal(array.reshape(-1), x)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "field"),
+    [
+        (pb.Tensor(dtype=pb.DATA_TYPE_UNSPECIFIED, shape=[1], raw_contents=b"\0" * 4), "inputs[0].dtype"),
+        (pb.Tensor(dtype=pb.DATA_TYPE_FLOAT32, shape=[2], raw_contents=b"\0" * 4), "inputs[0].raw_contents"),
+        (pb.Tensor(dtype=pb.DATA_TYPE_FLOAT32, shape=[0]), "inputs[0].shape"),
+        (pb.Tensor(dtype=pb.DATA_TYPE_FLOAT32, shape=[-1]), "inputs[0].shape"),
+        (
+            pb.Tensor(dtype=pb.DATA_TYPE_INT64, shape=[3], contents=pb.TensorContents(int64_contents=[1])),
+            "inputs[0].contents.int64_contents",
+        ),
+        (pb.Tensor(dtype=pb.DATA_TYPE_STRING, shape=[1], raw_contents=b"ab"), "inputs[0].raw_contents"),
+    ],
+)
+def test_malformed_tensors_name_the_field(tensor: pb.Tensor, field: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        decode_tensor(tensor, "inputs[0]")
+    assert info.value.field == field
+
+
+def test_typed_and_string_contents_round_trip() -> None:
+    typed = pb.Tensor(dtype=pb.DATA_TYPE_INT32, shape=[2], contents=pb.TensorContents(int32_contents=[4, 5]))
+    assert decode_tensor(typed, "t").tolist() == [4, 5]
+    text = pb.Tensor(
+        dtype=pb.DATA_TYPE_STRING, shape=[2], contents=pb.TensorContents(string_contents=["a", "é"])
+    )
+    assert decode_tensor(text, "t").tolist() == ["a", "é"]
+    out = encode_tensor("y", np.array([1.5, 2.5], dtype=np.float32), typed=True)
+    assert list(out.contents.fp32_contents) == [1.5, 2.5] and not out.raw_contents
+    raw = encode_tensor("y", np.array([1.5, 2.5], dtype=np.float32), typed=False)
+    assert np.frombuffer(raw.raw_contents, np.float32).tolist() == [1.5, 2.5]
+
+
+def test_invalid_utf8_is_located_by_field_path() -> None:
+    request = pb.GenerateRequest(model="m", text="ok")
+    request.sampling.stop.extend(["a", "b"])
+    raw = request.SerializeToString().replace(b"\x01b", b"\x01\xff")
+    assert find_invalid_utf8(pb.GenerateRequest.DESCRIPTOR, raw) == "sampling.stop[1]"
+    assert find_invalid_utf8(pb.GenerateRequest.DESCRIPTOR, b"\x0a\x01m\x12\x02\xff\xfe") == "text"
+    assert find_invalid_utf8(pb.GenerateRequest.DESCRIPTOR, request.SerializeToString()) is None
+
+
+def test_generate_defaults_stay_unset_for_the_model_to_fill() -> None:
+    spec = decode_generate(pb.GenerateRequest(model="m", text="hi"))
+    assert (spec.max_tokens, spec.temperature, spec.seed, spec.stop) == (None, None, None, ())
+
+
+def test_final_chunk_carries_reason_usage_and_error() -> None:
+    chunk = TokenChunk(
+        text="x",
+        token_ids=[120],
+        finish_reason=FinishReason.CANCELLED,
+        usage=Usage(3, 4),
+        error=StreamError("CANCELLED", "consumer stalled", "STALLED_CONSUMER"),
+    )
+    msg = encode_chunk(chunk)
+    assert msg.finish_reason == pb.FINISH_REASON_CANCELLED
+    assert (msg.usage.prompt_tokens, msg.usage.completion_tokens, msg.usage.total_tokens) == (3, 4, 7)
+    assert (msg.error.code, msg.error.reason) == (1, "STALLED_CONSUMER")

@@ -1,0 +1,36 @@
+"""Settings: flags parse into one frozen object; nonsense fails with a message naming the setting."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from server.config import Settings
+
+
+def test_flags_parse_into_settings() -> None:
+    s = Settings.from_args(
+        ["--max-queue", "3", "--models", "mlp", "--max-concurrency", "8", "--grace-s", "1.5"]
+    )
+    assert (s.max_queue, s.models, s.max_concurrency, s.grace_s) == (3, ("mlp",), 8, 1.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.max_queue = 4  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("flags", "name"),
+    [
+        (["--max-concurrency", "0"], "max_concurrency"),
+        (["--max-queue", "-1"], "max_queue"),
+        (["--low-watermark", "0.95", "--high-watermark", "0.9"], "low_watermark"),
+        (["--max-batch-size", "0"], "max_batch_size"),
+        (["--lm-size", "huge"], "lm_size"),
+        (["--memory-probe", "gpu"], "memory_probe"),
+        (["--default-max-tokens", "5000"], "default_max_tokens"),
+        (["--hf-models", "nameonly"], "hf_models"),
+    ],
+)
+def test_nonsense_names_the_setting(flags: list[str], name: str) -> None:
+    with pytest.raises(ValueError, match=f"invalid setting {name}"):
+        Settings.from_args(flags)
