@@ -81,7 +81,9 @@ class AdmissionGate:
                     metadata={"timeout_ms": round(timeout_s * 1000), "estimate_ms": round(estimate * 1000)},
                     retry_after_s=self.retry_after_s(),
                 )
-        if self.in_use < self.slots and not self.waiting:
+        # A free slot means no live waiter (release hands slots to waiters first). `waiting` may still count
+        # a waiter whose task was cancelled but has not run yet: queueing behind it would wait forever.
+        if self.in_use < self.slots:
             self.in_use += 1
             self.idle.clear()
             return 0.0
@@ -94,7 +96,10 @@ class AdmissionGate:
         )
         self.waiting += 1
         try:
-            await asyncio.wait_for(future, timeout_s)
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that lands after the slot
+            # was handed over, admitting a caller who has already gone.
+            async with asyncio.timeout(timeout_s):
+                await future
         except TimeoutError:
             self._forget(future)
             raise DeadlineExpired("the deadline passed while the request waited for a slot") from None
