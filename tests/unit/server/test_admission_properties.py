@@ -258,13 +258,13 @@ async def _play(sc: Scenario) -> Counter[str]:
             else:
                 await spin(op.iterations)
             check()
-        # Drain: keep granting batches until every call has been answered.
-        for _ in range(10 * len(calls) + 10):
+        # Drain: grant batches until none is left to run; then every call must have been answered.
+        for _ in range(len(calls) + 1):
             await spin(40)
-            if all(c.task is not None and c.task.done() for c in calls):
+            if not await step():
                 break
-            assert await step(), "calls are stuck with no batch to run: a lost wake-up or a leaked slot"
-        assert all(c.task is not None and c.task.done() for c in calls)
+        stuck = [c.ident for c in calls if c.task is not None and not c.task.done()]
+        assert not stuck, f"calls {stuck} wait with no batch to run: a lost wake-up or a leaked slot"
         assert not batcher_task.done(), "the batcher loop died"
     finally:
         batcher_task.cancel()
