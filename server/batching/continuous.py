@@ -170,7 +170,9 @@ class ContinuousScheduler:
             if not runnable and not joiners:
                 timeout = self._next_timer(now)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a shutdown cancel.
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
                 continue
             await self._step(joiners, runnable)
 

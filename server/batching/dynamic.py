@@ -85,7 +85,9 @@ class DynamicBatcher:
                 wait = queue[0].enqueued + self.max_delay_s - time.monotonic()
                 if len(queue) < self.max_batch_size and wait > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), wait)
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a shutdown cancel.
+                        async with asyncio.timeout(wait):
+                            await self._wake.wait()
                     self._wake.clear()
                     continue
                 batch = self._take(queue)
