@@ -1,0 +1,244 @@
+"""The admission-control benchmark (issue 3, acceptance 4): Sluice over gRPC, a naive FastAPI service and
+the raw model loop, side by side under closed-loop callers on loopback.
+
+    .venv/bin/python -m bench.admission [--quick] [--duration-s 5] [--repeats 3] [--callers 1,16,64,256]
+
+Repeats are interleaved (raw, then every side, then the next repeat) so that drift on a shared machine
+lands on every side alike; ratios are taken per repeat and summarised as median [min-max].
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+import torch
+
+from bench import report
+from bench.points import PointResult, Window, machine_busy_seconds, measure_point, wait_for_quiet
+from bench.processes import PYTHON, ChildProcess
+from bench.raw_model import raw_items_per_s
+from bench.stats import Spread
+
+RAW_BATCH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    key: str
+    label: str
+    protocol: str
+    command: list[str]
+    ready: str  # regex of the line that says the service takes work
+    listening: str  # regex whose group 1 is the port
+    callers: tuple[int, ...]
+
+
+def sides(args: argparse.Namespace) -> list[Side]:
+    threads = str(args.torch_threads)
+    base = [PYTHON, "-m", "server", "--port", "0", "--metrics-port", "-1", "--models", "mlp"]
+    base += ["--torch-threads", threads]
+    tuned = ["--max-batch-size", "32", "--max-concurrency", "64", "--max-queue", "256"]
+    grpc_ready, grpc_port = r"sluice server ready", r"listening on [^:]+:(\d+)"
+    out = [
+        Side("sluice", "sluice gRPC (tuned)", "grpc", base + tuned, grpc_ready, grpc_port, args.callers),
+        Side(
+            "naive",
+            "naive FastAPI",
+            args.http_client,
+            [PYTHON, "-m", "bench.naive_service", "--port", "0", "--torch-threads", threads],
+            r"naive service ready",
+            r"listening on [^:]+:(\d+)",
+            args.callers,
+        ),
+    ]
+    if not args.skip_defaults:
+        out.append(
+            Side(
+                "defaults",
+                "sluice gRPC (defaults)",
+                "grpc",
+                base,
+                grpc_ready,
+                grpc_port,
+                (max(args.callers),),
+            )
+        )
+    return out
+
+
+def run_side(
+    side: Side, window: Window, notes: dict[str, str], args: argparse.Namespace
+) -> dict[int, PointResult]:
+    out: dict[int, PointResult] = {}
+    with ChildProcess(side.key, side.command) as service:
+        port = service.wait_for(side.listening, 120.0).group(1)
+        service.wait_for(side.ready, 300.0)
+        capacity = next((line for line in service.tail if "capacity for" in line), None)
+        if capacity and "--max-concurrency" not in side.command:
+            notes[side.key] = capacity.split(": ", 1)[-1]
+        for callers in side.callers:
+            wait_for_quiet(threshold_cores=args.quiet_cores, max_wait_s=args.quiet_wait_s, ours=[service.pid])
+            out[callers] = measure_point(
+                protocol=side.protocol,
+                target=f"127.0.0.1:{port}",
+                service_pid=service.pid,
+                callers=callers,
+                window=window,
+            )
+            print(
+                f"    {side.label} @ {callers:>3} callers: {out[callers].ok_per_s:7.0f} ok/s, "
+                f"{out[callers].refused_per_s:7.0f} refused/s",
+                flush=True,
+            )
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.admission",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--duration-s", type=float, default=None, help="measurement window per point (5)")
+    parser.add_argument("--warmup-s", type=float, default=None, help="load before each window (1.5)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per point (3)")
+    parser.add_argument("--callers", default="1,16,64,256", help="comma-separated caller counts")
+    parser.add_argument("--torch-threads", type=int, default=2, help="for every side (2)")
+    parser.add_argument("--client-procs", type=int, default=1, help="load-generator processes per point (1)")
+    parser.add_argument("--timeout-s", type=float, default=10.0, help="per-call deadline (10)")
+    parser.add_argument(
+        "--http-client",
+        choices=("http", "httpx"),
+        default="http",
+        help="naive side's load generator: http = keep-alive HTTP/1.1 on asyncio streams (cheap), httpx",
+    )
+    parser.add_argument(
+        "--quiet-cores",
+        type=float,
+        default=0.3,
+        help="before each point, wait for other load below this (0.3)",
+    )
+    parser.add_argument("--quiet-wait-s", type=float, default=10.0, help="but no longer than this (10)")
+    parser.add_argument("--skip-defaults", action="store_true", help="skip Sluice with default settings")
+    parser.add_argument("--quick", action="store_true", help="2 s windows, 1 s warm-up, 1 repeat")
+    args = parser.parse_args(argv)
+    args.callers = tuple(int(c) for c in args.callers.split(",") if c.strip())
+    quick = args.quick
+    args.duration_s = args.duration_s or (2.0 if quick else 5.0)
+    args.warmup_s = args.warmup_s if args.warmup_s is not None else (1.0 if quick else 1.5)
+    args.repeats = args.repeats or (1 if quick else 3)
+    if not args.callers or min(args.callers) < 1 or args.repeats < 1 or args.duration_s <= 0:
+        raise ValueError("need caller counts >= 1, --repeats >= 1 and --duration-s > 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    window = Window(args.warmup_s, args.duration_s, args.timeout_s, args.client_procs)
+    plan = sides(args)
+    labels = {s.key: s.label for s in plan}
+    results: dict[str, dict[int, list[PointResult]]] = {s.key: {c: [] for c in s.callers} for s in plan}
+    raw: list[float] = []
+    raw_other: list[float] = []
+    notes: dict[str, str] = {}
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    for repeat in range(args.repeats):
+        print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
+        wait_for_quiet(threshold_cores=args.quiet_cores, max_wait_s=args.quiet_wait_s, ours=[])
+        busy, own, wall = machine_busy_seconds(), time.process_time(), time.monotonic()
+        raw.append(
+            raw_items_per_s(width=2048, batch=RAW_BATCH, warmup_s=args.warmup_s, duration_s=args.duration_s)
+        )
+        own, wall = time.process_time() - own, time.monotonic() - wall
+        raw_other.append(max(machine_busy_seconds() - busy - own, 0.0) / wall)
+        print(f"    raw model loop, batch {RAW_BATCH}: {raw[-1]:7.0f} items/s", flush=True)
+        for side in plan[repeat % len(plan) :] + plan[: repeat % len(plan)]:  # rotate: no side always first
+            for callers, point in run_side(side, window, notes, args).items():
+                results[side.key][callers].append(point)
+    elapsed = time.monotonic() - started
+    print_report(args, results, labels, (raw, raw_other), notes, load_before, elapsed)
+
+
+def print_report(
+    args: argparse.Namespace,
+    results: dict[str, dict[int, list[PointResult]]],
+    labels: dict[str, str],
+    raw_runs: tuple[list[float], list[float]],
+    notes: dict[str, str],
+    load_before: tuple[float, float, float],
+    elapsed_s: float,
+) -> None:
+    raw, raw_other = raw_runs
+    load_after = os.getloadavg()
+    print()
+    print(
+        f"machine: {platform.machine()} {os.cpu_count()} logical cores; torch {torch.__version__}, "
+        f"torch threads {args.torch_threads} on every side (in-process, --torch-threads)"
+    )
+    print(
+        f"window {args.duration_s:g} s after {args.warmup_s:g} s warm-up per point; {args.repeats} repeats, "
+        f"interleaved; {args.client_procs} load-generator process(es) per point; "
+        f"deadline {args.timeout_s:g} s; run took {elapsed_s:.0f} s"
+    )
+    print(
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (shared machine); each point "
+        f"waited up to {args.quiet_wait_s:g} s for other load < {args.quiet_cores:g} cores ('other cores')"
+    )
+    print("the load generator shares the cores with the service: 'client cores' is its CPU use,")
+    print("'svc cores' the service's; cells are median [min-max] over repeats; latencies are of calls")
+    print("finished in the window")
+    for key, capacity in notes.items():
+        print(f"{labels[key]} capacity plan: {capacity}")
+    print()
+    print(report.table(results, labels, raw, raw_other, RAW_BATCH))
+    print()
+    print("errors other than refusals:")
+    print(report.errors_note(results, labels))
+    print()
+    sluice, naive = results.get("sluice", {}), results.get("naive", {})
+
+    def ok(side: dict[int, list[PointResult]], callers: int) -> list[float]:
+        return [p.ok_per_s for p in side.get(callers, [])]
+
+    print("ratios (per repeat, median [min-max]):")
+    for callers in sorted(sluice):
+        print(
+            report.ratio_line(
+                f"sluice @ {callers} / raw batch-{RAW_BATCH} items/s", report.paired(ok(sluice, callers), raw)
+            )
+        )
+    for callers in sorted(set(sluice) & set(naive)):
+        print(
+            report.ratio_line(
+                f"sluice @ {callers} / naive @ {callers} ok/s",
+                report.paired(ok(sluice, callers), ok(naive, callers)),
+            )
+        )
+    print()
+    print("targets:")
+    for target in [
+        report.Target("sluice @ 64 / raw batch-32 (items/s)", report.paired(ok(sluice, 64), raw), 0.75),
+        report.Target(
+            "sluice @ 16 / naive @ 16 (throughput)", report.paired(ok(sluice, 16), ok(naive, 16)), 2.5
+        ),
+        report.Target("sluice goodput @ 256 / @ 64", report.paired(ok(sluice, 256), ok(sluice, 64)), 0.9),
+    ]:
+        print(report.target_line(target))
+    defaults = results.get("defaults", {})
+    for callers, points in sorted(defaults.items()):
+        print(
+            f"  sluice with default settings @ {callers}: goodput "
+            f"{Spread.of([p.ok_per_s for p in points]).format(0)} ok/s, refused "
+            f"{Spread.of([float(p.refused) for p in points]).format(0)} calls per "
+            f"{args.duration_s:g} s window"
+        )
+
+
+if __name__ == "__main__":
+    main()
