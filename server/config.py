@@ -86,7 +86,7 @@ class Settings:
         _check(self.max_message_bytes >= 1024, "max_message_bytes", "must be >= 1024")
         _check(self.grace_s >= 0, "grace_s", "must be >= 0")
         _check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = torch default)")
+        _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:

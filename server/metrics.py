@@ -26,7 +26,11 @@ class Metrics:
         self.in_flight = Gauge("sluice_requests_in_flight", "Requests holding a slot.", mm, registry=r)
         self.waiting = Gauge("sluice_requests_waiting", "Requests waiting for a slot.", mm, registry=r)
         self.queue_wait = Histogram(
-            "sluice_queue_wait_seconds", "Arrival to start of compute.", mm, buckets=_LATENCY, registry=r
+            "sluice_queue_wait_seconds",
+            "Time waiting for an admission slot.",
+            mm,
+            buckets=_LATENCY,
+            registry=r,
         )
         self.compute = Histogram(
             "sluice_compute_seconds",

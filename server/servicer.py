@@ -10,7 +10,7 @@ import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from server.admission.interceptor import abort
+from server.admission.interceptor import ADMISSION_WAIT, abort
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
@@ -45,7 +45,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             batcher.model.validate(item.inputs)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
-            result = await batcher.submit(item, deadline)
+            result = await batcher.submit(item, deadline, admission_wait_s=ADMISSION_WAIT.get())
             return encode_infer(item.model, item.request_id, result, typed=item.typed_outputs)
         except SluiceError as error:
             await abort(context, error)

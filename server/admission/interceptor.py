@@ -8,6 +8,7 @@ returns or the stream has ended, on every path.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
+from prometheus_client import Counter, Gauge, Histogram
 
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
@@ -41,6 +43,18 @@ class GuardedMethod:
     gate: AdmissionGate
     request: Descriptor
     models: frozenset[str]
+
+
+# The admitted call's wait for a slot, for the servicer's Timings (same task, so the context carries it).
+ADMISSION_WAIT: contextvars.ContextVar[float] = contextvars.ContextVar("admission_wait", default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Instruments:
+    waiting: Gauge
+    admitted: Counter
+    in_flight: Gauge
+    queue_wait: Histogram
 
 
 class _Malformed:
@@ -73,6 +87,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
         self.draining = False
+        self._children: dict[tuple[str, str], _Instruments] = {}
         self.ready = False
 
     async def intercept_service(
@@ -143,26 +158,42 @@ class AdmissionInterceptor(_ServerInterceptor):
                 raise request.error
             if model not in method.models:
                 raise ModelNotFound(model, sorted(method.models))
-            waiting = self.metrics.waiting.labels(model, method.name)
-            waiting.inc()
+            instruments = self._instruments(model, method.name)
+            instruments.waiting.inc()
             try:
                 waited = await method.gate.acquire(
                     decode_priority(request.priority), context.time_remaining()
                 )
             finally:
-                waiting.dec()
+                instruments.waiting.dec()
         except SluiceError as error:
             self.metrics.refused.labels(model, method.name, error.reason).inc()
             await abort(context, error)
             raise  # abort raises; this keeps type checkers aware that nothing is held
-        self.metrics.admitted.labels(model, method.name).inc()
-        self.metrics.in_flight.labels(model, method.name).inc()
-        self.metrics.queue_wait.labels(model, method.name).observe(waited)
+        instruments.admitted.inc()
+        instruments.in_flight.inc()
+        instruments.queue_wait.observe(waited)
+        ADMISSION_WAIT.set(waited)
         return time.monotonic()
 
     def _release(self, method: GuardedMethod, model: str, admitted: float) -> None:
-        self.metrics.in_flight.labels(model, method.name).dec()
+        self._instruments(model, method.name).in_flight.dec()
         method.gate.release(time.monotonic() - admitted)
+
+    def _instruments(self, model: str, method: str) -> _Instruments:
+        """Labelled metric children, resolved once per (model, method) rather than per request."""
+        key = (model, method)
+        found = self._children.get(key)
+        if found is None:
+            m = self.metrics
+            found = _Instruments(
+                m.waiting.labels(model, method),
+                m.admitted.labels(model, method),
+                m.in_flight.labels(model, method),
+                m.queue_wait.labels(model, method),
+            )
+            self._children[key] = found
+        return found
 
     def _safe_deserializer(
         self, deserialize: Callable[[bytes], Any] | None, descriptor: Descriptor

@@ -32,6 +32,7 @@ class _Pending:
     future: asyncio.Future[InferResult]
     enqueued: float
     deadline: float | None
+    admission_wait_s: float
 
 
 Outcome = dict[str, Array] | SluiceError
@@ -66,12 +67,15 @@ class DynamicBatcher:
     def pending(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
-    async def submit(self, item: InferItem, deadline: float | None) -> InferResult:
-        """Queues one validated item and waits for its slice of a batch."""
+    async def submit(
+        self, item: InferItem, deadline: float | None, *, admission_wait_s: float = 0.0
+    ) -> InferResult:
+        """Queues one validated item and waits for its slice of a batch; the result's queue wait counts
+        the admission wait given here plus the time the batch took to form."""
         future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
         key = self.model.bucket(item.inputs)
         self._queues.setdefault(key, deque()).append(
-            _Pending(item.inputs, future, time.monotonic(), deadline)
+            _Pending(item.inputs, future, time.monotonic(), deadline, admission_wait_s)
         )
         self._wake.set()
         return await future  # a cancelled caller cancels the future; the batcher skips it
@@ -132,7 +136,13 @@ class DynamicBatcher:
                 pending.future.set_exception(outcome)
             else:
                 pending.future.set_result(
-                    InferResult(outcome, version, start - pending.enqueued, elapsed, len(batch))
+                    InferResult(
+                        outcome,
+                        version,
+                        pending.admission_wait_s + start - pending.enqueued,
+                        elapsed,
+                        len(batch),
+                    )
                 )
 
     def _forward_isolating(self, items: Sequence[Mapping[str, Array]]) -> list[Outcome]:
