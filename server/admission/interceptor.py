@@ -88,6 +88,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         self.max_message_bytes = max_message_bytes
         self.draining = False
         self._children: dict[tuple[str, str], _Instruments] = {}
+        self._guarded_handlers: dict[tuple[str, int, int], grpc.RpcMethodHandler[Any, Any]] = {}
         self.ready = False
 
     async def intercept_service(
@@ -111,7 +112,12 @@ class AdmissionInterceptor(_ServerInterceptor):
         if refusal is not None:
             self.metrics.refused.labels("", method.name, refusal.reason).inc()
             return _refusing_handler(handler, refusal)
-        return self._guarded(handler, method)
+        # Built once per method (and per install of the models): the wrapper holds no per-call state.
+        key = (handler_call_details.method, id(method), id(handler))
+        guarded = self._guarded_handlers.get(key)
+        if guarded is None:
+            guarded = self._guarded_handlers[key] = self._guarded(handler, method)
+        return guarded
 
     def _guarded(
         self, handler: grpc.RpcMethodHandler[Any, Any], method: GuardedMethod
