@@ -107,7 +107,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-s", type=float, default=None, help="load before each window (1.5)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per point (3)")
     parser.add_argument("--callers", default="1,16,64,256", help="comma-separated caller counts")
-    parser.add_argument("--torch-threads", type=int, default=2, help="for every side (2)")
+    parser.add_argument(
+        "--torch-threads", type=int, default=1, help="for every side (1: the server default on 2 cores)"
+    )
     parser.add_argument("--client-procs", type=int, default=1, help="load-generator processes per point (1)")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per-call deadline (10)")
     parser.add_argument(
