@@ -18,7 +18,7 @@ import torch
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from bench.storms import running
+from bench.stack import running
 from server.runtimes.byte_lm import ByteLm
 
 MODEL = "byte-lm"

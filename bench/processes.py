@@ -50,9 +50,10 @@ class ChildProcess:
     def _read(self) -> None:
         if self.proc.stdout is None:
             return
-        for line in self.proc.stdout:
-            self.tail.append(line.rstrip("\n"))
-            self._lines.put(line.rstrip("\n"))
+        with self.proc.stdout:  # closed at EOF: an unclosed pipe is a ResourceWarning (an error under pytest)
+            for line in self.proc.stdout:
+                self.tail.append(line.rstrip("\n"))
+                self._lines.put(line.rstrip("\n"))
         self._lines.put(None)
 
     def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:

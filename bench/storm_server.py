@@ -1,0 +1,60 @@
+"""The server under the storms: the flags it runs with, the counters and gauges read from it, and waiting
+on them (never a fixed sleep)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from bench.stack import SluiceServer
+
+MODEL = "byte-lm"
+
+
+def storm_server_flags(*, max_sequences: int, context_length: int, stall_timeout_s: float) -> list[str]:
+    return [
+        "--models",
+        MODEL,
+        "--max-sequences",
+        str(max_sequences),
+        "--max-queue",
+        str(max_sequences),
+        "--context-length",
+        str(context_length),
+        "--stall-timeout-s",
+        str(stall_timeout_s),
+        # One intra-op thread: on a 2-core machine shared with the clients, torch's spinning OpenMP
+        # threads slow every step many times over (30 x 200 tokens: ~5 s with the default, <1 s with 1).
+        "--torch-threads",
+        "1",
+    ]
+
+
+def counter(server: SluiceServer, name: str) -> float:
+    return server.metric(name, model=MODEL)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Polls a condition until it holds; raises TimeoutError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def wait_idle(server: SluiceServer, timeout: float = 60.0) -> dict[str, float]:
+    """Waits until no sequence, KV slot or Generate call is held; returns those gauges."""
+    gauges = {
+        "sluice_kv_slots_in_use": {"model": MODEL},
+        "sluice_sequences_active": {"model": MODEL},
+        "sluice_requests_in_flight": {"method": "Generate"},
+    }
+    values: dict[str, float] = {}
+
+    def idle() -> bool:
+        values.update({name: server.metric(name, **labels) for name, labels in gauges.items()})
+        return not any(values.values())
+
+    wait_until(idle, timeout=timeout, what=f"an idle server (last seen {values})")
+    return values
