@@ -7,21 +7,21 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.stack import SluiceServer, SluiceShim
 from bench.storms import disconnect_storm, running, slow_clients, storm_server_flags
-from tests.support.processes import ServerProcess, ShimProcess
 
 STALL_TIMEOUT_S = 3.0
 IDLE = {"sluice_kv_slots_in_use": 0, "sluice_sequences_active": 0, "sluice_requests_in_flight": 0}
 
 
 @pytest.fixture(scope="module")
-def storm_stack() -> Iterator[tuple[ServerProcess, ShimProcess]]:
+def storm_stack() -> Iterator[tuple[SluiceServer, SluiceShim]]:
     flags = storm_server_flags(max_sequences=64, context_length=1100, stall_timeout_s=STALL_TIMEOUT_S)
     with running(*flags) as stack:
         yield stack
 
 
-def test_disconnect_storm_wastes_under_one_percent(storm_stack: tuple[ServerProcess, ShimProcess]) -> None:
+def test_disconnect_storm_wastes_under_one_percent(storm_stack: tuple[SluiceServer, SluiceShim]) -> None:
     server, shim = storm_stack
     result = disconnect_storm(server, shim, streams=50, leave_fraction=0.4, max_tokens=1000, leave_after=50)
     assert result.leavers == 20
@@ -37,7 +37,7 @@ def test_disconnect_storm_wastes_under_one_percent(storm_stack: tuple[ServerProc
     assert result.idle_gauges == IDLE
 
 
-def test_slow_and_silent_callers_are_bounded(storm_stack: tuple[ServerProcess, ShimProcess]) -> None:
+def test_slow_and_silent_callers_are_bounded(storm_stack: tuple[SluiceServer, SluiceShim]) -> None:
     server, shim = storm_stack
     result = slow_clients(
         server,
