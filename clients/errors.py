@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import cast
 
 import grpc
@@ -31,7 +32,9 @@ __all__ = [
     "RequestCancelledError",
     "ResourceExhaustedError",
     "SluiceError",
+    "StatusDetails",
     "UnavailableError",
+    "decode_status_details",
     "error_from_rpc",
     "error_from_status",
     "status_code_from_number",
@@ -118,8 +121,20 @@ def status_code_from_number(number: int) -> grpc.StatusCode:
     return _CODE_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)
 
 
-def error_from_status(code: grpc.StatusCode, message: str, rich: status_pb2.Status | None) -> SluiceError:
-    """Build the typed exception for `code`, unpacking ErrorInfo, RetryInfo and BadRequest from `rich`."""
+@dataclass(frozen=True, slots=True)
+class StatusDetails:
+    """The google.rpc details of a failed call (ErrorInfo, RetryInfo, BadRequest), as plain values."""
+
+    reason: str | None = None
+    domain: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    retry_after: float | None = None
+    # (field path as the server names it, description) per google.rpc.BadRequest field violation.
+    field_violations: tuple[tuple[str, str], ...] = ()
+
+
+def decode_status_details(rich: status_pb2.Status | None) -> StatusDetails:
+    """Unpack ErrorInfo, RetryInfo and BadRequest from a rich status; absent details stay empty."""
     reason: str | None = None
     domain: str | None = None
     metadata: dict[str, str] = {}
@@ -138,15 +153,27 @@ def error_from_status(code: grpc.StatusCode, message: str, rich: status_pb2.Stat
             bad = error_details_pb2.BadRequest()
             detail.Unpack(bad)
             violations.extend((v.field, v.description) for v in bad.field_violations)
-    cls = _BY_CODE.get(code, SluiceError)
-    return cls(
-        code,
-        message,
+    return StatusDetails(
         reason=reason,
         domain=domain,
         metadata=metadata,
         retry_after=retry_after,
-        field_violations=violations,
+        field_violations=tuple(violations),
+    )
+
+
+def error_from_status(code: grpc.StatusCode, message: str, rich: status_pb2.Status | None) -> SluiceError:
+    """Build the typed exception for `code`, unpacking ErrorInfo, RetryInfo and BadRequest from `rich`."""
+    details = decode_status_details(rich)
+    cls = _BY_CODE.get(code, SluiceError)
+    return cls(
+        code,
+        message,
+        reason=details.reason,
+        domain=details.domain,
+        metadata=details.metadata,
+        retry_after=details.retry_after,
+        field_violations=list(details.field_violations),
     )
 
 

@@ -17,10 +17,10 @@ from clients.codec import (
     encode_parameters,
     encode_priority,
     encode_tensor,
+    finish_reason_name,
 )
 from clients.errors import status_code_from_number
 from clients.types import (
-    FinishReason,
     GenerationChunk,
     InferResult,
     ModelInfo,
@@ -41,12 +41,6 @@ __all__ = [
 ]
 
 _UINT64_MAX = 2**64 - 1
-_FINISH_REASONS: dict[pb.FinishReason.ValueType, FinishReason] = {
-    pb.FINISH_REASON_LENGTH: "length",
-    pb.FINISH_REASON_STOP: "stop",
-    pb.FINISH_REASON_CANCELLED: "cancelled",
-    pb.FINISH_REASON_ERROR: "error",
-}
 _MODEL_KINDS: dict[pb.ModelKind.ValueType, ModelKind] = {
     pb.MODEL_KIND_TENSOR: "tensor",
     pb.MODEL_KIND_GENERATIVE: "generative",
@@ -150,7 +144,7 @@ def chunk_from_response(response: pb.GenerateResponse) -> GenerationChunk:
     return GenerationChunk(
         text=response.text,
         token_ids=list(response.token_ids),
-        finish_reason=_FINISH_REASONS.get(response.finish_reason),
+        finish_reason=finish_reason_name(response.finish_reason),
         usage=usage,
         error=error,
     )

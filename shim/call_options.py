@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from sluice.inference.v1 import inference_pb2 as pb
 from starlette.datastructures import Headers
 
+from clients.codec import PRIORITIES
 from shim.errors import FieldViolation, invalid_argument
-from shim.translate import PRIORITY_BY_NAME
 
 PRIORITY_HEADER = "x-sluice-priority"
 TIMEOUT_HEADER = "x-sluice-timeout-ms"
@@ -28,11 +28,11 @@ def _header_error(header: str, message: str) -> Exception:
 def priority_from(body_priority: str | None, headers: Headers) -> pb.Priority.ValueType:
     """The body's priority wins over the header, which wins over the server's default."""
     if body_priority is not None:
-        return PRIORITY_BY_NAME[body_priority]
+        return PRIORITIES[body_priority]
     header = headers.get(PRIORITY_HEADER)
     if header is None:
         return pb.PRIORITY_UNSPECIFIED
-    priority = PRIORITY_BY_NAME.get(header.strip().lower())
+    priority = PRIORITIES.get(header.strip().lower())
     if priority is None:
         raise _header_error(
             "X-Sluice-Priority", f"X-Sluice-Priority must be low, normal or high, not {header!r}"

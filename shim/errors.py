@@ -1,8 +1,8 @@
-"""Every HTTP error the shim answers: one gRPC-code -> HTTP-status table, rich-status decoding, one body.
+"""Every HTTP error the shim answers: one gRPC-code -> HTTP-status table and one body shape.
 
     ShimError(Exception)            carries an ErrorBody and the HTTP status it is sent with
     ├── from_rpc_error()            an upstream grpc.aio.AioRpcError, details decoded from
-    │                               `grpc-status-details-bin` (ErrorInfo, RetryInfo, BadRequest)
+    │                               `grpc-status-details-bin` by clients.errors.decode_status_details
     ├── from_stream_error()         the ErrorStatus carried by a final GenerateResponse
     └── invalid_argument() / ...    the shim's own refusals (malformed JSON, too large, overloaded)
 
@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 from grpc_status import rpc_status
+
+from clients.errors import decode_status_details, status_code_from_number
 
 SHIM_DOMAIN = "shim.sluice"
 DETAILS_METADATA_KEY = "grpc-status-details-bin"
@@ -47,7 +49,6 @@ HTTP_STATUS_BY_CODE: Mapping[grpc.StatusCode, int] = {
 _REASON_STATUS_OVERRIDES: Mapping[tuple[grpc.StatusCode, str], int] = {
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "REQUEST_TOO_LARGE"): 413,
 }
-_CODE_BY_NUMBER: Mapping[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def http_status_for(code: grpc.StatusCode, reason: str | None = None) -> int:
@@ -55,11 +56,6 @@ def http_status_for(code: grpc.StatusCode, reason: str | None = None) -> int:
     if reason is not None and (code, reason) in _REASON_STATUS_OVERRIDES:
         return _REASON_STATUS_OVERRIDES[(code, reason)]
     return HTTP_STATUS_BY_CODE.get(code, 500)
-
-
-def code_from_number(number: int) -> grpc.StatusCode:
-    """The StatusCode for a wire number; unknown numbers become UNKNOWN, as gRPC itself does."""
-    return _CODE_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,48 +116,6 @@ class ShimError(Exception):
         return {"error": self.body.to_json()}
 
 
-def decode_status_details(
-    code: grpc.StatusCode,
-    message: str,
-    status: status_pb2.Status | None,
-    *,
-    json_field: Callable[[str], str] = str,
-) -> ErrorBody:
-    """Builds the error body from a code, a message and the google.rpc.Status that came with them."""
-    reason: str | None = None
-    domain: str | None = None
-    metadata: dict[str, str] = {}
-    violations: list[FieldViolation] = []
-    retry_after_s: float | None = None
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason = info.reason or None
-            domain = info.domain or None
-            metadata.update(info.metadata)
-        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)
-            retry_after_s = retry.retry_delay.ToTimedelta().total_seconds()
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad_request = error_details_pb2.BadRequest()
-            detail.Unpack(bad_request)
-            violations.extend(
-                FieldViolation(json_field(item.field), item.description, proto_field=item.field)
-                for item in bad_request.field_violations
-            )
-    return ErrorBody(
-        code=code,
-        message=message,
-        reason=reason,
-        domain=domain,
-        metadata=metadata,
-        field_violations=tuple(violations),
-        retry_after_s=retry_after_s,
-    )
-
-
 def _rich_status(exc: grpc.aio.AioRpcError) -> status_pb2.Status | None:
     try:
         found: status_pb2.Status | None = rpc_status.from_call(exc)  # type: ignore[arg-type]
@@ -179,13 +133,25 @@ def _rich_status(exc: grpc.aio.AioRpcError) -> status_pb2.Status | None:
 
 def from_rpc_error(exc: grpc.aio.AioRpcError, *, json_field: Callable[[str], str] = str) -> ShimError:
     """Maps a failed upstream call to the HTTP error the caller sees; `json_field` renames proto paths."""
-    body = decode_status_details(exc.code(), exc.details() or "", _rich_status(exc), json_field=json_field)
+    details = decode_status_details(_rich_status(exc))
+    body = ErrorBody(
+        code=exc.code(),
+        message=exc.details() or "",
+        reason=details.reason,
+        domain=details.domain,
+        metadata=details.metadata,
+        field_violations=tuple(
+            FieldViolation(json_field(path), description, proto_field=path)
+            for path, description in details.field_violations
+        ),
+        retry_after_s=details.retry_after,
+    )
     return ShimError(body)
 
 
 def from_stream_error(code_number: int, message: str, reason: str) -> ErrorBody:
     """The error body for the ErrorStatus a GenerateResponse carries when a generation ended badly."""
-    return ErrorBody(code=code_from_number(code_number), message=message, reason=reason or None)
+    return ErrorBody(code=status_code_from_number(code_number), message=message, reason=reason or None)
 
 
 def invalid_argument(

@@ -10,9 +10,10 @@ from typing import Any
 import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 
+from clients.codec import finish_reason_name
 from shim import sse
 from shim.errors import ErrorBody, from_rpc_error, from_stream_error, upstream_protocol_error
-from shim.translate import finish_reason_name, json_field_for, usage_to_json
+from shim.translate import json_field_for, usage_to_json
 
 GenerateCall = grpc.aio.UnaryStreamCall[pb.GenerateRequest, pb.GenerateResponse]
 

@@ -15,11 +15,12 @@ from pydantic import (
     model_validator,
 )
 
+from clients.types import PriorityName
+
 _INT32_MAX = 2**31 - 1
 _UINT64_MAX = 2**64 - 1
 
 DTypeName = Literal["FLOAT32", "FLOAT64", "FLOAT16", "INT32", "INT64", "BOOL", "STRING"]
-PriorityName = Literal["low", "normal", "high"]
 # Strict so that `true` is never read as 1 and "1" never as a number; translate.py checks per dtype.
 Element = StrictBool | StrictInt | StrictFloat | StrictStr
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr

@@ -10,12 +10,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from google.protobuf import duration_pb2, json_format
 from sluice.inference.v1 import inference_pb2 as pb
 
+from clients.codec import WIRE_DTYPES, decode_raw_contents, encode_parameters, typed_contents
 from shim.errors import FieldViolation, invalid_argument
-from shim.schemas import Element, GenerateBody, InferBody, Scalar, TensorIn
+from shim.schemas import Element, GenerateBody, InferBody, TensorIn
 
 DTYPE_BY_NAME: Mapping[str, pb.DataType.ValueType] = {
     "FLOAT32": pb.DATA_TYPE_FLOAT32,
@@ -27,26 +27,6 @@ DTYPE_BY_NAME: Mapping[str, pb.DataType.ValueType] = {
     "STRING": pb.DATA_TYPE_STRING,
 }
 NAME_BY_DTYPE: Mapping[pb.DataType.ValueType, str] = {value: name for name, value in DTYPE_BY_NAME.items()}
-# Raw contents are little-endian whatever the host, hence the explicit byte order.
-_NUMPY_DTYPE: Mapping[pb.DataType.ValueType, np.dtype[Any]] = {
-    pb.DATA_TYPE_FLOAT32: np.dtype("<f4"),
-    pb.DATA_TYPE_FLOAT64: np.dtype("<f8"),
-    pb.DATA_TYPE_FLOAT16: np.dtype("<f2"),
-    pb.DATA_TYPE_INT32: np.dtype("<i4"),
-    pb.DATA_TYPE_INT64: np.dtype("<i8"),
-    pb.DATA_TYPE_BOOL: np.dtype("?"),
-}
-PRIORITY_BY_NAME: Mapping[str, pb.Priority.ValueType] = {
-    "low": pb.PRIORITY_LOW,
-    "normal": pb.PRIORITY_NORMAL,
-    "high": pb.PRIORITY_HIGH,
-}
-FINISH_REASON_NAMES: Mapping[pb.FinishReason.ValueType, str] = {
-    pb.FINISH_REASON_LENGTH: "length",
-    pb.FINISH_REASON_STOP: "stop",
-    pb.FINISH_REASON_CANCELLED: "cancelled",
-    pb.FINISH_REASON_ERROR: "error",
-}
 
 # Proto paths whose JSON name differs; `inputs[i].` prefixes are kept and the rest renamed.
 _JSON_FIELD_BY_PROTO: Mapping[str, str] = {
@@ -99,7 +79,7 @@ def tensor_to_proto(tensor: TensorIn, index: int) -> pb.Tensor:
                 reason="INVALID_TENSOR_DATA",
                 violations=(FieldViolation(field, "must be base64 of little-endian elements"),),
             ) from exc
-        itemsize = _NUMPY_DTYPE[dtype].itemsize
+        itemsize = WIRE_DTYPES[dtype].itemsize
         if len(raw) != expected * itemsize:
             raise _count_mismatch(field, f"{len(raw)} bytes", f"{expected * itemsize} bytes", tensor.shape)
         message.raw_contents = raw
@@ -140,20 +120,10 @@ def _count_mismatch(field: str, got: str, expected: str, shape: Sequence[int]) -
     )
 
 
-def parameter_to_proto(value: Scalar) -> pb.ParameterValue:
-    if isinstance(value, bool):
-        return pb.ParameterValue(bool_value=value)
-    if isinstance(value, int):
-        return pb.ParameterValue(int64_value=value)
-    if isinstance(value, float):
-        return pb.ParameterValue(double_value=value)
-    return pb.ParameterValue(string_value=value)
-
-
 def infer_request_to_proto(body: InferBody, *, priority: pb.Priority.ValueType) -> pb.InferRequest:
     """The InferRequest for a JSON body; outputs are asked for as raw bytes, decoded without a copy."""
     try:
-        parameters = {key: parameter_to_proto(value) for key, value in body.parameters.items()}
+        parameters = encode_parameters(body.parameters)
     except ValueError as exc:
         raise invalid_argument(
             "a parameter is out of range",
@@ -173,20 +143,14 @@ def infer_request_to_proto(body: InferBody, *, priority: pb.Priority.ValueType) 
 def tensor_to_json(tensor: pb.Tensor) -> dict[str, Any]:
     """One output tensor as JSON, read from raw bytes when present, else from typed contents."""
     data: list[Any]
-    if tensor.raw_contents and tensor.dtype in _NUMPY_DTYPE:
-        data = np.frombuffer(tensor.raw_contents, dtype=_NUMPY_DTYPE[tensor.dtype]).tolist()
+    if tensor.dtype == pb.DATA_TYPE_STRING:
+        data = list(tensor.contents.string_contents)
+    elif tensor.dtype not in WIRE_DTYPES:
+        data = []
+    elif tensor.raw_contents:
+        data = decode_raw_contents(tensor).ravel().tolist()
     else:
-        contents = tensor.contents
-        typed: Mapping[pb.DataType.ValueType, Sequence[Any]] = {
-            pb.DATA_TYPE_FLOAT32: contents.fp32_contents,
-            pb.DATA_TYPE_FLOAT16: contents.fp32_contents,
-            pb.DATA_TYPE_FLOAT64: contents.fp64_contents,
-            pb.DATA_TYPE_INT32: contents.int32_contents,
-            pb.DATA_TYPE_INT64: contents.int64_contents,
-            pb.DATA_TYPE_BOOL: contents.bool_contents,
-            pb.DATA_TYPE_STRING: contents.string_contents,
-        }
-        data = list(typed.get(tensor.dtype, ()))
+        data = list(typed_contents(tensor))
     return {
         "name": tensor.name,
         "dtype": NAME_BY_DTYPE.get(tensor.dtype, "DATA_TYPE_UNSPECIFIED"),
@@ -236,11 +200,6 @@ def generate_request_to_proto(body: GenerateBody, *, priority: pb.Priority.Value
     else:
         request.token_ids.ids.extend(body.prompt_token_ids or [])
     return request
-
-
-def finish_reason_name(reason: pb.FinishReason.ValueType) -> str | None:
-    """The JSON finish_reason, or None while the generation is still going."""
-    return FINISH_REASON_NAMES.get(reason)
 
 
 def usage_to_json(usage: pb.Usage) -> dict[str, int]:

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 
-from clients.codec import decode_tensor, encode_parameters, encode_priority, encode_tensor
+from clients.codec import (
+    decode_tensor,
+    encode_parameters,
+    encode_priority,
+    encode_tensor,
+    finish_reason_name,
+)
 
 NUMERIC = [
     (np.float32, pb.DATA_TYPE_FLOAT32),
@@ -153,3 +159,17 @@ def test_parameters_pick_the_oneof_by_type() -> None:
     assert encoded["n"].int64_value == 3
     with pytest.raises(TypeError, match="parameter 'bad'"):
         encode_parameters({"bad": [1]})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(
+    ("reason", "name"),
+    [
+        (pb.FINISH_REASON_UNSPECIFIED, None),
+        (pb.FINISH_REASON_LENGTH, "length"),
+        (pb.FINISH_REASON_STOP, "stop"),
+        (pb.FINISH_REASON_CANCELLED, "cancelled"),
+        (pb.FINISH_REASON_ERROR, "error"),
+    ],
+)
+def test_finish_reason_names(reason: pb.FinishReason.ValueType, name: str | None) -> None:
+    assert finish_reason_name(reason) == name

@@ -17,7 +17,9 @@ from clients.errors import (
     RequestCancelledError,
     ResourceExhaustedError,
     SluiceError,
+    StatusDetails,
     UnavailableError,
+    decode_status_details,
     error_from_rpc,
     typed_errors,
 )
@@ -99,3 +101,26 @@ def test_typed_errors_chains_the_grpc_error() -> None:
     with pytest.raises(UnavailableError) as caught, typed_errors():
         raise original
     assert caught.value.__cause__ is original
+
+
+def test_status_details_decode_to_a_plain_dataclass() -> None:
+    packed = []
+    for detail in (
+        error_details_pb2.ErrorInfo(reason="QUEUE_FULL", domain="sluice.inference.v1", metadata={"q": "g"}),
+        error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1, nanos=500_000_000)),
+        error_details_pb2.BadRequest(
+            field_violations=[error_details_pb2.BadRequest.FieldViolation(field="model", description="empty")]
+        ),
+    ):
+        holder = any_pb2.Any()
+        holder.Pack(detail)
+        packed.append(holder)
+    rich = status_pb2.Status(code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], details=packed)
+    assert decode_status_details(rich) == StatusDetails(
+        reason="QUEUE_FULL",
+        domain="sluice.inference.v1",
+        metadata={"q": "g"},
+        retry_after=1.5,
+        field_violations=(("model", "empty"),),
+    )
+    assert decode_status_details(None) == StatusDetails()
