@@ -45,7 +45,8 @@ async def test_priority_from_body_then_header(shim: RunningShim, upstream: Upstr
 
 async def test_timeout_header_only_shortens_the_deadline(shim: RunningShim, upstream: Upstream) -> None:
     await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Timeout-Ms": "1500"})
-    assert upstream.servicer.invocation_metadata[-1]["time_remaining"] <= 1.5
+    # Shortened from the 60 s default to 1.5 s; gRPC's wire encoding of the deadline may round it up a little.
+    assert upstream.servicer.invocation_metadata[-1]["time_remaining"] < 2
     await shim.client.post("/v1/infer", json=ECHO, headers={"X-Sluice-Timeout-Ms": "99999999"})
     remaining = upstream.servicer.invocation_metadata[-1]["time_remaining"]
     # gRPC rounds deadlines on the wire, so allow a little slack above the 60 s default.
