@@ -14,19 +14,18 @@ import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from server.admission.breaker import MemoryBreaker
 from server.batching.requests import resolve_request
-from server.batching.sampling import sample, uniforms
+from server.batching.sequence import GenSequence
 from server.batching.slots import SlotPool
+from server.batching.step import StepPlan, run_step
 from server.batching.stream import TokenStream, merge
 from server.batching.text import TextAssembler
 from server.batching.worker import ModelWorker
-from server.domain import FinishReason, GenerateSpec, SamplingParams, StreamError, TokenChunk, Usage
+from server.domain import FinishReason, GenerateSpec, StreamError, TokenChunk
 from server.errors import (
     ModelFailure,
     OutOfMemory,
@@ -38,28 +37,6 @@ from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(eq=False, slots=True)
-class GenSequence:
-    """One generation's state; `position` counts the tokens already written to its KV slot."""
-
-    prompt: list[int]
-    params: SamplingParams
-    seed: int
-    stream: TokenStream
-    text: TextAssembler
-    arrived: float
-    slot: int | None = None
-    position: int = 0
-    last_token: int = -1
-    generated: int = 0
-    cancel_step: int | None = None
-    paused_since: float | None = None
-    done: bool = False
-
-    def usage(self) -> Usage:
-        return Usage(prompt_tokens=len(self.prompt), completion_tokens=self.generated)
 
 
 class ContinuousScheduler:
@@ -208,21 +185,11 @@ class ContinuousScheduler:
         step = self.steps_started
         self.steps_started += 1
         batch = joiners + runnable
-        params = [s.params for s in batch]
-        seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
-        counters = np.fromiter((s.generated for s in batch), dtype=np.int64, count=len(batch))
+        plan = StepPlan.of(joiners, runnable)
         started = time.monotonic()
         self.active.extend(joiners)
         try:
-            tokens = await self.worker.run(
-                self._compute,
-                [(s.slot, s.prompt) for s in joiners],
-                [s.slot for s in runnable],
-                [s.last_token for s in runnable],
-                [s.position for s in runnable],
-                params,
-                uniforms(seeds, counters),
-            )
+            tokens = await self.worker.run(run_step, self.model, plan)
         except Exception as exc:  # the whole step failed: its sequences end with an error, others go on
             error = self._step_error(exc)
             for seq in batch:
@@ -237,37 +204,6 @@ class ContinuousScheduler:
             seq.position += 1
         for seq, token in zip(batch, tokens, strict=True):
             self._deliver(seq, token, step)
-
-    def _compute(
-        self,
-        prefills: list[tuple[int | None, list[int]]],
-        slots: list[int | None],
-        last_tokens: list[int],
-        positions: list[int],
-        params: list[SamplingParams],
-        u: np.ndarray,
-    ) -> list[int]:
-        """Runs on the worker thread: prefill the joiners, one decode step for the rest, sample all rows."""
-        device = self.model.device
-        rows = [self.model.prefill(slot, ids) for slot, ids in prefills if slot is not None]
-        logits = torch.stack(rows) if rows else None
-        if slots:
-            decoded = self.model.decode(
-                [s for s in slots if s is not None],
-                torch.tensor(last_tokens, device=device),
-                torch.tensor(positions, device=device),
-            )
-            logits = decoded if logits is None else torch.cat([logits, decoded])
-        if logits is None:
-            raise RuntimeError("a step needs at least one sequence")
-        chosen = sample(
-            logits,
-            temperature=torch.tensor([p.temperature for p in params], device=device),
-            top_k=torch.tensor([p.top_k for p in params], device=device),
-            top_p=torch.tensor([p.top_p for p in params], device=device),
-            u=torch.from_numpy(u).to(device),
-        )
-        return [int(t) for t in chosen.tolist()]
 
     def _deliver(self, seq: GenSequence, token: int, step: int) -> None:
         if seq.cancel_step is not None or seq.done:

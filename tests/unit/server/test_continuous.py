@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from server.batching.continuous import ContinuousScheduler, GenSequence
+from server.batching.continuous import ContinuousScheduler
+from server.batching.sequence import GenSequence
 from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, TokenChunk
 from server.errors import LimitExceeded

@@ -1,0 +1,64 @@
+"""One iteration's model work, run on the model's worker thread: prefill the sequences that join, one
+decode step for the running ones, then sample a token for every row in one batched call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from server.batching.sampling import sample, uniforms
+from server.batching.sequence import GenSequence
+from server.domain import SamplingParams
+from server.runtimes.base import GenerativeModel
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What the worker needs, copied out of the sequences on the event loop (the worker touches none)."""
+
+    prefills: list[tuple[int, list[int]]]
+    slots: list[int]
+    last_tokens: list[int]
+    positions: list[int]
+    params: list[SamplingParams]
+    uniforms: np.ndarray
+
+    @classmethod
+    def of(cls, joiners: list[GenSequence], runnable: list[GenSequence]) -> StepPlan:
+        batch = joiners + runnable
+        seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
+        counters = np.fromiter((s.generated for s in batch), dtype=np.int64, count=len(batch))
+        return cls(
+            prefills=[(s.slot, s.prompt) for s in joiners if s.slot is not None],
+            slots=[s.slot for s in runnable if s.slot is not None],
+            last_tokens=[s.last_token for s in runnable],
+            positions=[s.position for s in runnable],
+            params=[s.params for s in batch],
+            uniforms=uniforms(seeds, counters),
+        )
+
+
+def run_step(model: GenerativeModel, plan: StepPlan) -> list[int]:
+    """Returns one token per row: the joiners' first tokens, then the running sequences' next tokens."""
+    device = model.device
+    rows = [model.prefill(slot, ids) for slot, ids in plan.prefills]
+    logits = torch.stack(rows) if rows else None
+    if plan.slots:
+        decoded = model.decode(
+            plan.slots,
+            torch.tensor(plan.last_tokens, device=device),
+            torch.tensor(plan.positions, device=device),
+        )
+        logits = decoded if logits is None else torch.cat([logits, decoded])
+    if logits is None:
+        raise RuntimeError("a step needs at least one sequence")
+    chosen = sample(
+        logits,
+        temperature=torch.tensor([p.temperature for p in plan.params], device=device),
+        top_k=torch.tensor([p.top_k for p in plan.params], device=device),
+        top_p=torch.tensor([p.top_p for p in plan.params], device=device),
+        u=torch.from_numpy(plan.uniforms).to(device),
+    )
+    return [int(t) for t in chosen.tolist()]
