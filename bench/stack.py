@@ -7,10 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.processes import PYTHON, ChildProcess
+from bench.prometheus import Samples, scrape, total
 
 START_TIMEOUT_S = 120.0
 # The server drains its open streams on SIGTERM; give it that long before the kill.
@@ -37,18 +35,12 @@ class SluiceServer(ChildProcess):
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return out
+    def metrics(self) -> Samples:
+        return scrape(self.metrics_port)
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
-        want = set(labels.items())
-        return sum(v for (n, ls), v in self.metrics().items() if n == name and want <= set(ls))
+        return total(self.metrics(), name, **labels)
 
 
 class SluiceShim(ChildProcess):

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from bench.prometheus import Samples, scrape, total
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
@@ -104,18 +103,12 @@ class ServerProcess(Process):
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return out
+    def metrics(self) -> Samples:
+        return scrape(self.metrics_port)
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
-        want = set(labels.items())
-        return sum(v for (n, ls), v in self.metrics().items() if n == name and want <= set(ls))
+        return total(self.metrics(), name, **labels)
 
 
 def start_server(*flags: str, wait_ready: bool = True) -> ServerProcess:
