@@ -24,20 +24,27 @@ def settle(server: ServerProcess) -> None:
     )
 
 
-def assert_stopped(server: ServerProcess, before: float, received: int) -> None:
+def discarded(server: ServerProcess) -> float:
+    return server.metric("sluice_tokens_discarded_total", **MODEL)
+
+
+def assert_stopped(server: ServerProcess, before: tuple[float, float], received: int) -> None:
+    """From the server's side: once the cancellation reached it, at most the decode step already in flight
+    produced a token (discarded, never sent) and no later step computed one; end to end, production stopped
+    a transport's worth of buffered tokens after the last one the client read, far short of max_tokens."""
     settle(server)
-    produced = tokens(server) - before
-    # Received tokens, plus at most the step in flight when the cancel landed, plus a couple of steps of
-    # transport latency: never the remaining ~900 tokens of the request.
-    assert received <= produced <= received + 8, (received, produced)
+    produced = tokens(server) - before[0]
+    assert discarded(server) - before[1] <= 1
     assert server.metric("sluice_tokens_after_cancel_total", **MODEL) == 0
-    stable = tokens(server)
-    assert stable == tokens(server)
+    # Between the client and the scheduler sit the client's read buffer, the socket, and for SSE the
+    # shim and the gRPC stream window: a few dozen 1 ms steps of the tiny model at most, not ~880.
+    assert received <= produced <= received + 64, (received, produced)
+    assert server.metric("sluice_kv_slots_in_use", **MODEL) == 0
 
 
 def test_grpc_cancel_stops_generation(server: ServerProcess) -> None:
     settle(server)
-    before = tokens(server)
+    before = (tokens(server), discarded(server))
     received = 0
     with SluiceClient(server.target) as client:
         stream = client.generate("byte-lm", "cancel me", max_tokens=900, seed=1)
@@ -51,7 +58,7 @@ def test_grpc_cancel_stops_generation(server: ServerProcess) -> None:
 
 def test_closing_the_sse_connection_stops_generation(server: ServerProcess, shim: ShimProcess) -> None:
     settle(server)
-    before = tokens(server)
+    before = (tokens(server), discarded(server))
     received = 0
     body = {"model": "byte-lm", "prompt": "disconnect", "max_tokens": 900, "seed": 2, "stream": True}
     with (
