@@ -26,18 +26,18 @@ def check(health: health_pb2_grpc.HealthStub) -> int:
 def test_health_follows_warmup_and_drain_and_readyz_follows_health() -> None:
     # Many warm-up passes hold the NOT_SERVING window open long enough to observe it.
     server = start_server("--warmup-steps", "400", "--grace-s", "20", wait_ready=False)
-    shim = start_shim(server.target)
+    shim = None
     try:
         with grpc.insecure_channel(server.target) as channel:
             health = health_pb2_grpc.HealthStub(channel)
+            # Watched from the moment the server listens: it loads and warms its models only after that.
             watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=120)
-            statuses = [next(watch).status]
+            assert next(watch).status == NOT_SERVING
+            shim = start_shim(server.target)
             ready = httpx.get(f"{shim.url}/readyz", timeout=10)
             if check(health) == NOT_SERVING:  # still warming up after /readyz answered
-                assert statuses == [NOT_SERVING]
                 assert ready.status_code == 503
-            statuses.append(next(watch).status)
-            assert statuses[-1] == SERVING
+            assert next(watch).status == SERVING
             assert httpx.get(f"{shim.url}/readyz", timeout=10).status_code == 200
 
             # A stream in flight keeps the drain going while we look at health.
@@ -59,7 +59,8 @@ def test_health_follows_warmup_and_drain_and_readyz_follows_health() -> None:
             assert last.finish_reason in (pb.FINISH_REASON_LENGTH, pb.FINISH_REASON_CANCELLED)
         assert server.proc.wait(timeout=60) == 0
     finally:
-        shim.terminate()
+        if shim is not None:
+            shim.terminate()
         server.terminate()
 
 
