@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from shim import generation, translate
 from shim.call_options import call_options
 from shim.channel import settings_of, upstream_of
+from shim.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
 from shim.errors import from_rpc_error
 from shim.request_body import parse_body
 from shim.schemas import GenerateBody, InferBody
@@ -22,15 +23,19 @@ router = APIRouter(prefix="/v1")
 
 
 @router.post("/infer")
-async def infer(request: Request) -> JSONResponse:
+async def infer(request: Request) -> Response:
     settings = settings_of(request)
     body = await parse_body(request, InferBody, limit=settings.max_body_bytes)
     options = call_options(body.priority, request.headers, default_timeout_s=settings.infer_timeout_s)
     message = translate.infer_request_to_proto(body, priority=options.priority)
+    call = upstream_of(request).inference.Infer(message, timeout=options.timeout_s)
     try:
-        response = await upstream_of(request).inference.Infer(message, timeout=options.timeout_s)
+        response = await unless_disconnected(request, call)
     except grpc.aio.AioRpcError as exc:
         raise from_rpc_error(exc, json_field=translate.json_field_for) from exc
+    except ClientDisconnected:
+        call.cancel()
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     return JSONResponse(translate.infer_response_to_json(response))
 
 
@@ -43,12 +48,14 @@ async def generate(request: Request) -> Response:
     call = upstream_of(request).inference.Generate(message, timeout=options.timeout_s)
     handed_off = False
     try:
-        first = await generation.first_message(call)
+        first = await unless_disconnected(request, generation.first_message(call))
         if not body.stream:
-            return JSONResponse(await generation.collect(call, first))
+            return JSONResponse(await unless_disconnected(request, generation.collect(call, first)))
         events = generation.relay_events(call, first, heartbeat_s=settings.sse_heartbeat_s)
         handed_off = True
         return EventStreamResponse(events, on_close=call.cancel)
+    except ClientDisconnected:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     finally:
         # Until the stream response owns the call, any exit (error, JSON answer, disconnect) ends it here.
         if not handed_off:

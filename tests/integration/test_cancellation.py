@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from clients import SluiceClient
 from tests.support.processes import ServerProcess, ShimProcess, wait_until
@@ -72,3 +73,18 @@ def test_closing_the_sse_connection_stops_generation(server: ServerProcess, shim
             if received >= 20:
                 break  # leaving the block closes the connection
     assert_stopped(server, before, received)
+
+
+def test_a_client_leaving_a_non_streamed_generate_cancels_it(
+    server: ServerProcess, shim: ShimProcess
+) -> None:
+    settle(server)
+    before = (tokens(server), discarded(server))
+    body = {"model": "byte-lm", "prompt": "gone", "max_tokens": 1000, "seed": 3, "temperature": 0.0}
+    with httpx.Client(timeout=httpx.Timeout(30, read=0.1)) as http, pytest.raises(httpx.ReadTimeout):
+        http.post(f"{shim.url}/v1/generate", json=body)  # one JSON answer; the client gives up waiting
+    settle(server)
+    produced = tokens(server) - before[0]
+    assert produced < 1000, "the shim computed an answer its client had left"
+    assert discarded(server) - before[1] <= 1
+    assert server.metric("sluice_tokens_after_cancel_total", **MODEL) == 0
