@@ -43,8 +43,7 @@ class StepPlan:
 def run_step(model: GenerativeModel, plan: StepPlan) -> list[int]:
     """Returns one token per row: the joiners' first tokens, then the running sequences' next tokens."""
     device = model.device
-    rows = [model.prefill(slot, ids) for slot, ids in plan.prefills]
-    logits = torch.stack(rows) if rows else None
+    logits = model.prefill_many(plan.prefills) if plan.prefills else None
     if plan.slots:
         decoded = model.decode(
             plan.slots,

@@ -94,6 +94,11 @@ class GenerativeModel(abc.ABC):
     def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
         """Writes the prompt's keys/values into `slot` and returns the last position's logits, shape [V]."""
 
+    def prefill_many(self, prompts: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
+        """Prefills several (slot, token ids) at once; returns each prompt's last logits, shape [N, V].
+        Runtimes that can pad prompts into one batch override this; the default prefills one by one."""
+        return torch.stack([self.prefill(slot, ids) for slot, ids in prompts])
+
     @abc.abstractmethod
     def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One decode step: token b sits at positions[b] of slots[b]; returns logits of shape [B, V]."""
