@@ -129,10 +129,6 @@ class ContinuousScheduler:
         self.drain_deadline = time.monotonic() + grace_s
         self._wake.set()
 
-    @property
-    def idle(self) -> bool:
-        return not self.active and not self.joining
-
     # -- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
         while True:

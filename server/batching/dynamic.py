@@ -60,7 +60,6 @@ class DynamicBatcher:
         self._compute = metrics.compute.labels(name, "Infer")
         self._batch_size = metrics.batch_size.labels(name, "Infer")
         self._oom = metrics.oom.labels(name)
-        self.batches_run = 0
         self.items_computed = 0
 
     @property
@@ -124,7 +123,6 @@ class DynamicBatcher:
         start = time.monotonic()
         outcomes = await self.worker.run(self._forward_isolating, [p.inputs for p in batch])
         elapsed = time.monotonic() - start
-        self.batches_run += 1
         self.items_computed += len(batch)
         self._compute.observe(elapsed)
         self._batch_size.observe(len(batch))
