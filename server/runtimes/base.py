@@ -6,12 +6,13 @@ Both run inside the model's executor thread under torch.inference_mode(); they n
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from server.domain import Array, DType, ModelDescriptor
+from server.domain import Array, DType, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument
 
 
@@ -20,18 +21,25 @@ class TensorModel(abc.ABC):
 
     descriptor: ModelDescriptor
 
+    @functools.cached_property
+    def _input_specs(self) -> dict[str, TensorSpec]:
+        """The descriptor's inputs by name, built once rather than per request."""
+        return {spec.name: spec for spec in self.descriptor.inputs}
+
     def validate(self, inputs: Mapping[str, Array]) -> None:
         """Rejects an item whose names, dtypes or shapes do not match the descriptor (before queueing)."""
-        specs = {spec.name: spec for spec in self.descriptor.inputs}
+        specs = self._input_specs
+        positions = {}
         for index, name in enumerate(inputs):
             if name not in specs:
                 raise InvalidArgument(
                     f"unknown input {name!r}; expected {sorted(specs)}", field=f"inputs[{index}].name"
                 )
-        for spec in self.descriptor.inputs:
+            positions[name] = index
+        for spec in specs.values():
             if spec.name not in inputs:
                 raise InvalidArgument(f"missing input {spec.name!r}", field="inputs")
-            index = list(inputs).index(spec.name)
+            index = positions[spec.name]
             array = inputs[spec.name]
             if spec.dtype is not DType.STRING and array.dtype != spec.dtype.numpy:
                 raise InvalidArgument(
