@@ -64,20 +64,27 @@ class CudaProbe(MemoryProbe):
 
 
 class FakeProbe(MemoryProbe):
-    """Reads the used fraction (e.g. `0.95`) from a file a test writes; a missing file reads as 0."""
+    """Reads the used fraction (e.g. `0.95`) from a file a test writes; a missing file reads as 0.
+
+    An empty or unparsable file keeps the previous reading: a writer that truncates before writing
+    would otherwise show the breaker a momentary 0 and close it.
+    """
 
     name = "fake"
 
     def __init__(self, path: Path, budget_bytes: int = 1 << 30) -> None:
         self.path = path
         self.budget_bytes = budget_bytes
+        self._fraction = 0.0
 
     def read(self) -> MemoryReading:
         try:
-            fraction = float(self.path.read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            fraction = 0.0
-        used = int(fraction * self.budget_bytes)
+            self._fraction = float(self.path.read_text().strip())
+        except FileNotFoundError:
+            self._fraction = 0.0
+        except ValueError:
+            pass
+        used = int(self._fraction * self.budget_bytes)
         return MemoryReading(used_bytes=used, reserved_bytes=used, budget_bytes=self.budget_bytes)
 
 

@@ -411,6 +411,13 @@ def assert_full_capacity(server: ServerProcess, method: str, *, slots: int, queu
 # --- the memory breaker, with the fake probe ---------------------------------------------------------
 
 
+def publish(path: Path, fraction: str) -> None:
+    """Replaces the file in one rename so the probe never reads it half-written."""
+    staging = path.with_suffix(".tmp")
+    staging.write_text(fraction)
+    staging.replace(path)
+
+
 @pytest.fixture(scope="module")
 def memory_file(tmp_dir: Path) -> Path:
     path = tmp_dir / "memory-fraction"
@@ -452,7 +459,7 @@ def test_memory_breaker_opens_above_high_and_closes_below_low(
             return server.metric("sluice_memory_used_bytes") / server.metric("sluice_memory_budget_bytes")
 
         assert outcome() is None
-        memory_file.write_text("0.95")
+        publish(memory_file, "0.95")
         wait_until(lambda: outcome() is not None, what="the breaker to open")
         refusal = outcome()
         assert refusal is not None and refusal.code == grpc.StatusCode.UNAVAILABLE
@@ -461,14 +468,14 @@ def test_memory_breaker_opens_above_high_and_closes_below_low(
         assert status("") == SERVING, "liveness must not follow memory pressure"
         wait_until(lambda: server.metric("sluice_memory_breaker_open") == 1, what="breaker gauge 1")
 
-        memory_file.write_text("0.8")  # between the watermarks: hysteresis keeps it open
+        publish(memory_file, "0.8")  # between the watermarks: hysteresis keeps it open
         wait_until(lambda: abs(used() - 0.8) < 0.01, what="the breaker to sample 0.8")
         refusal = outcome()
         assert refusal is not None and refusal.reason == "MEMORY_PRESSURE", refusal
         assert server.metric("sluice_memory_breaker_open") == 1
         assert status("sluice.readiness") == NOT_SERVING
 
-        memory_file.write_text("0.5")
+        publish(memory_file, "0.5")
         wait_until(lambda: outcome() is None, what="the breaker to close")
         wait_until(lambda: status("sluice.readiness") == SERVING, what="readiness SERVING")
         wait_until(lambda: server.metric("sluice_memory_breaker_open") == 0, what="breaker gauge 0")

@@ -48,3 +48,19 @@ def test_host_probe_reads_this_process() -> None:
 def test_watermarks_must_be_ordered(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="low_watermark"):
         MemoryBreaker(FakeProbe(tmp_path / "m"), high=0.5, low=0.6, interval_s=1)
+
+
+def test_half_written_fake_file_keeps_the_breaker_open(tmp_path: Path) -> None:
+    # The CI flake this guards: a writer truncates the file, the probe reads "", the breaker closed.
+    level = tmp_path / "mem"
+    level.write_text("0.95")
+    breaker = MemoryBreaker(FakeProbe(level), high=0.9, low=0.7, interval_s=0.01)
+    breaker.sample()
+    assert breaker.is_open
+    for partial in ["", "  \n", "0.9x"]:
+        level.write_text(partial)
+        breaker.sample()
+        assert breaker.is_open, repr(partial)
+    level.unlink()
+    breaker.sample()
+    assert not breaker.is_open, "a missing file reads as 0"
