@@ -3,16 +3,20 @@ N = (budget - in use now) / per-request peak x (1 - margin), and the largest bat
 
 On CUDA the peak is torch.cuda.max_memory_allocated around a forward pass. On CPU, where torch's allocator
 keeps no statistics, it is an upper bound: the bytes of every intermediate tensor of one forward pass,
-counted as if all were live at once.
+counted as if all were live at once. They are counted at the dispatcher, below any module structure, so
+functional calls and TorchScript graphs (whose modules fire no forward hooks) count as well.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from server.config import Settings
 from server.memory import MemoryProbe
@@ -80,20 +84,24 @@ def _peak_bytes(model: TensorModel, size: int, device: torch.device) -> float:
         model.forward(batch)
         torch.cuda.synchronize(device)
         return float(torch.cuda.max_memory_allocated(device) - base)
-    total = sum(a.nbytes for item in batch for a in item.values())
-    hooks = []
-
-    def count(_module: nn.Module, _inputs: object, output: object) -> None:
-        nonlocal total
-        if isinstance(output, torch.Tensor):
-            total += output.numel() * output.element_size()
-
-    nets = [m for m in vars(model).values() if isinstance(m, nn.Module)]
-    for net in nets:
-        hooks += [m.register_forward_hook(count) for m in net.modules() if not list(m.children())]
-    try:
+    counter = _OutputBytes()
+    with counter:
         model.forward(batch)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return float(total)
+    return float(sum(a.nbytes for item in batch for a in item.values()) + counter.total)
+
+
+class _OutputBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    """Adds up the bytes of every tensor any op returns while active (this thread only)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.total = 0
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for value in tree_flatten(out)[0]:
+            if isinstance(value, torch.Tensor):
+                self.total += value.numel() * value.element_size()
+        return out

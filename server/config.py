@@ -45,6 +45,7 @@ class Settings:
     # Transport and lifecycle.
     max_message_bytes: int = 4 * 1024 * 1024
     grace_s: float = 10.0
+    switch_interval_ms: float = 0.1  # the GIL switch interval (CPython's default is 5 ms)
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
@@ -85,6 +86,7 @@ class Settings:
         _check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         _check(self.max_message_bytes >= 1024, "max_message_bytes", "must be >= 1024")
         _check(self.grace_s >= 0, "grace_s", "must be >= 0")
+        _check(self.switch_interval_ms > 0, "switch_interval_ms", "must be > 0")
         _check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
 

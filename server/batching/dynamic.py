@@ -1,7 +1,12 @@
 """DynamicBatcher: gathers Infer items per bucket until max_batch_size or max_delay, then one forward pass.
 
-Cancelled items are dropped before their batch forms and never computed. A batch that fails is split in
-halves and retried, so one bad item fails alone; an out-of-memory error also trips the memory breaker.
+While one batch computes, the next full batch is already handed to the worker thread, so the model does not
+idle while the event loop answers the last batch and forms the next. Only a full batch is handed over
+early; a partial one waits for the running batch, so pipelining never shrinks batches.
+
+Cancelled items are never computed: the batch drops them when it forms and again on the worker thread the
+moment its forward pass starts. A batch that fails is split in halves and retried, so one bad item fails
+alone; an out-of-memory error also trips the memory breaker.
 """
 
 from __future__ import annotations
@@ -37,6 +42,20 @@ class _Pending:
 
 Outcome = dict[str, Array] | SluiceError
 
+#: Batches handed to the worker at once: the one computing and the next, full one, queued behind it.
+PIPELINE_DEPTH = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Computed:
+    """What the worker thread did with one batch: the items it computed, and when."""
+
+    items: list[_Pending]
+    outcomes: list[Outcome]
+    expired: list[_Pending]
+    started: float
+    elapsed_s: float
+
 
 class DynamicBatcher:
     def __init__(
@@ -56,6 +75,7 @@ class DynamicBatcher:
         self.breaker = breaker
         self._queues: dict[Hashable, deque[_Pending]] = {}
         self._wake = asyncio.Event()
+        self._in_flight: set[asyncio.Task[None]] = set()
         name = model.descriptor.name
         self._compute = metrics.compute.labels(name, "Infer")
         self._batch_size = metrics.batch_size.labels(name, "Infer")
@@ -80,26 +100,54 @@ class DynamicBatcher:
         return await future  # a cancelled caller cancels the future; the batcher skips it
 
     async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while (key := self._oldest_bucket()) is not None:
-                queue = self._queues[key]
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                await self._dispatch_ready()
+        finally:
+            for task in self._in_flight:
+                task.cancel()
+
+    async def _dispatch_ready(self) -> None:
+        """Hands over every batch that may go now; returns when the rest must wait for a wake-up."""
+        while (key := self._next_bucket()) is not None:
+            queue = self._queues[key]
+            if not self._in_flight and len(queue) < self.max_batch_size:
                 wait = queue[0].enqueued + self.max_delay_s - time.monotonic()
-                if len(queue) < self.max_batch_size and wait > 0:
+                if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a shutdown cancel.
                         async with asyncio.timeout(wait):
                             await self._wake.wait()
                     self._wake.clear()
                     continue
-                batch = self._take(queue)
-                if batch:
-                    await self._run_batch(batch)
+            batch = self._take(queue)
+            if batch:
+                self._dispatch(batch)
 
-    def _oldest_bucket(self) -> Hashable | None:
+    def _next_bucket(self) -> Hashable | None:
+        """The oldest bucket when the worker is idle; while it computes, a full bucket or None."""
         for key in [k for k, q in self._queues.items() if not q]:
             del self._queues[key]
+        if not self._in_flight:
+            return self._oldest_bucket()
+        if len(self._in_flight) >= PIPELINE_DEPTH:
+            return None
+        full = [k for k, q in self._queues.items() if len(q) >= self.max_batch_size]
+        return min(full, key=lambda k: self._queues[k][0].enqueued) if full else None
+
+    def _dispatch(self, batch: list[_Pending]) -> None:
+        task = asyncio.create_task(self._run_batch(batch))
+        self._in_flight.add(task)
+
+        def finished(task: asyncio.Task[None]) -> None:
+            self._in_flight.discard(task)
+            self._wake.set()  # a pipeline place is free: a partial batch may go now
+
+        task.add_done_callback(finished)
+
+    def _oldest_bucket(self) -> Hashable | None:
         if not self._queues:
             return None
         return min(self._queues, key=lambda k: self._queues[k][0].enqueued)
@@ -112,22 +160,28 @@ class DynamicBatcher:
             if pending.future.done():
                 continue  # cancelled while waiting: never computed
             if pending.deadline is not None and pending.deadline <= now:
-                pending.future.set_exception(
-                    DeadlineExpired("the deadline passed while the request was queued")
-                )
+                _expire(pending)
                 continue
             batch.append(pending)
         return batch
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
-        start = time.monotonic()
-        outcomes = await self.worker.run(self._forward_isolating, [p.inputs for p in batch])
-        elapsed = time.monotonic() - start
-        self.items_computed += len(batch)
-        self._compute.observe(elapsed)
-        self._batch_size.observe(len(batch))
+        try:
+            done = await self.worker.run(self._compute_batch, batch)
+        except Exception as exc:  # the worker itself failed (model errors are caught per item inside it)
+            log.exception("the %s worker failed a batch", self.model.descriptor.name)
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(ModelFailure(f"the model worker failed: {exc}"))
+            return
+        self.items_computed += len(done.items)
+        if done.items:
+            self._compute.observe(done.elapsed_s)
+            self._batch_size.observe(len(done.items))
+        for pending in done.expired:
+            _expire(pending)
         version = self.model.descriptor.version
-        for pending, outcome in zip(batch, outcomes, strict=True):
+        for pending, outcome in zip(done.items, done.outcomes, strict=True):
             if pending.future.done():
                 continue
             if isinstance(outcome, SluiceError):
@@ -137,11 +191,27 @@ class DynamicBatcher:
                     InferResult(
                         outcome,
                         version,
-                        pending.admission_wait_s + start - pending.enqueued,
-                        elapsed,
-                        len(batch),
+                        pending.admission_wait_s + done.started - pending.enqueued,
+                        done.elapsed_s,
+                        len(done.items),
                     )
                 )
+
+    def _compute_batch(self, batch: list[_Pending]) -> _Computed:
+        """Runs on the worker thread. A pipelined batch may have waited behind the previous one, so the
+        items cancelled or expired meanwhile are dropped here, as the forward pass starts."""
+        started = time.monotonic()
+        live: list[_Pending] = []
+        expired: list[_Pending] = []
+        for pending in batch:
+            if pending.future.done():  # a plain read; cancellation itself happens on the loop
+                continue
+            if pending.deadline is not None and pending.deadline <= started:
+                expired.append(pending)
+            else:
+                live.append(pending)
+        outcomes = self._forward_isolating([p.inputs for p in live]) if live else []
+        return _Computed(live, outcomes, expired, started, time.monotonic() - started)
 
     def _forward_isolating(self, items: Sequence[Mapping[str, Array]]) -> list[Outcome]:
         """Runs on the worker thread. Splits failing batches so each failure lands on its own item."""
@@ -167,3 +237,8 @@ class DynamicBatcher:
             torch.cuda.empty_cache()
         if self.breaker is not None:
             self.breaker.trip(f"out of memory in {self.model.descriptor.name}: {exc}")
+
+
+def _expire(pending: _Pending) -> None:
+    if not pending.future.done():
+        pending.future.set_exception(DeadlineExpired("the deadline passed while the request was queued"))

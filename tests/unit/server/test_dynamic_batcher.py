@@ -205,6 +205,51 @@ def test_an_item_whose_deadline_passed_while_queued_is_expired_not_computed() ->
     drive(model, scenario, max_delay_s=0.0)
 
 
+def test_a_full_batch_is_handed_over_behind_the_running_one_and_drops_what_left_meanwhile() -> None:
+    model = RecordingModel()
+
+    async def scenario(batcher: DynamicBatcher) -> None:
+        blocker = await running_batch(model, batcher)
+        soon = time.monotonic() + 0.05
+        tasks = {
+            i: asyncio.create_task(batcher.submit(item(i), soon if i == 6 else None))
+            for i in range(MAX_BATCH)
+        }
+        # Full: handed to the worker at once (its queue, behind the blocked batch), not kept in the batcher.
+        await until(lambda: batcher.pending == 0, "the full batch to be handed over")
+        tasks[2].cancel()
+        await until(lambda: time.monotonic() > soon, "item 6's deadline to pass")
+        model.hold.set()
+        await blocker
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[2]
+        with pytest.raises(DeadlineExpired):
+            await tasks[6]
+        kept = [i for i in range(MAX_BATCH) if i not in (2, 6)]
+        for i in kept:
+            assert (await tasks[i]).batch_size == len(kept)
+        assert model.batches == [[1000.0], [float(i) for i in kept]]
+
+    drive(model, scenario, max_delay_s=0.0)
+
+
+def test_a_partial_batch_waits_for_the_running_one_instead_of_queueing_behind_it() -> None:
+    model = RecordingModel()
+
+    async def scenario(batcher: DynamicBatcher) -> None:
+        blocker = await running_batch(model, batcher)
+        first = [asyncio.create_task(batcher.submit(item(i), None)) for i in range(3)]
+        await until(lambda: batcher.pending == 3, "three queued items")
+        later = [asyncio.create_task(batcher.submit(item(i), None)) for i in range(3, 5)]
+        await until(lambda: batcher.pending == 5, "five queued items")
+        model.hold.set()
+        await asyncio.gather(blocker, *first, *later)
+        # max_delay is 0, yet the five left together: nothing partial was pushed behind the running batch.
+        assert model.batches == [[1000.0], [0.0, 1.0, 2.0, 3.0, 4.0]]
+
+    drive(model, scenario, max_delay_s=0.0)
+
+
 def test_a_failing_item_fails_alone_and_its_batch_mates_get_their_results() -> None:
     model = RecordingModel()
 
