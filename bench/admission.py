@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import time
 from dataclasses import dataclass
 
 import torch
 
 from bench import report
+from bench.h2load_point import h2load_path, measure_h2load_point
 from bench.points import PointResult, Window, machine_busy_seconds, measure_point, wait_for_quiet
 from bench.processes import PYTHON, ChildProcess
 from bench.raw_model import raw_items_per_s
@@ -35,37 +37,47 @@ class Side:
     ready: str  # regex of the line that says the service takes work
     listening: str  # regex whose group 1 is the port
     callers: tuple[int, ...]
+    metrics: str | None = (
+        None  # regex whose group 1 is the server's metrics port (h2load reads outcomes there)
+    )
 
 
 def sides(args: argparse.Namespace) -> list[Side]:
     threads = str(args.torch_threads)
-    base = [PYTHON, "-m", "server", "--port", "0", "--metrics-port", "-1", "--models", "mlp"]
-    base += ["--torch-threads", threads]
+    base = [PYTHON, "-m", "server", "--port", "0", "--models", "mlp", "--torch-threads", threads]
     tuned = ["--max-batch-size", "32", "--max-concurrency", "64", "--max-queue", "256"]
-    grpc_ready, grpc_port = r"sluice server ready", r"listening on [^:]+:(\d+)"
+    grpc_ready, port = r"sluice server ready", r"listening on [^:]+:(\d+)"
+    naive = [PYTHON, "-m", "bench.naive_service", "--port", "0", "--torch-threads", threads]
+    naive_ready = r"naive service ready"
+    no_metrics = ["--metrics-port", "-1"]
     out = [
-        Side("sluice", "sluice gRPC (tuned)", "grpc", base + tuned, grpc_ready, grpc_port, args.callers),
         Side(
-            "naive",
-            "naive FastAPI",
-            args.http_client,
-            [PYTHON, "-m", "bench.naive_service", "--port", "0", "--torch-threads", threads],
-            r"naive service ready",
-            r"listening on [^:]+:(\d+)",
-            args.callers,
+            "sluice", "sluice gRPC (tuned)", "grpc", base + no_metrics + tuned, grpc_ready, port, args.callers
         ),
+        Side("naive", "naive FastAPI", args.http_client, naive, naive_ready, port, args.callers),
     ]
-    if not args.skip_defaults:
-        out.append(
+    if args.h2load:
+        metrics = r"\(metrics http://[^:]+:(\d+)/metrics\)"
+        with_metrics = ["--metrics-port", "0"]
+        out += [
             Side(
-                "defaults",
-                "sluice gRPC (defaults)",
-                "grpc",
-                base,
+                "sluice-h2load",
+                "sluice gRPC (tuned), h2load",
+                "h2load-grpc",
+                base + with_metrics + tuned,
                 grpc_ready,
-                grpc_port,
-                (max(args.callers),),
-            )
+                port,
+                args.callers,
+                metrics,
+            ),
+            Side(
+                "naive-h2load", "naive FastAPI, h2load", "h2load-http", naive, naive_ready, port, args.callers
+            ),
+        ]
+    if not args.skip_defaults:
+        defaults = (max(args.callers),)
+        out.append(
+            Side("defaults", "sluice gRPC (defaults)", "grpc", base + no_metrics, grpc_ready, port, defaults)
         )
     return out
 
@@ -75,20 +87,34 @@ def run_side(
 ) -> dict[int, PointResult]:
     out: dict[int, PointResult] = {}
     with ChildProcess(side.key, side.command) as service:
-        port = service.wait_for(side.listening, 120.0).group(1)
+        listening = service.wait_for(side.listening, 120.0)
+        port = listening.group(1)
+        metrics = re.search(side.metrics, listening.string) if side.metrics else None  # on the same line
+        metrics_port = int(metrics.group(1)) if metrics else None
         service.wait_for(side.ready, 300.0)
         capacity = next((line for line in service.tail if "capacity for" in line), None)
         if capacity and "--max-concurrency" not in side.command:
             notes[side.key] = capacity.split(": ", 1)[-1]
         for callers in side.callers:
             wait_for_quiet(threshold_cores=args.quiet_cores, max_wait_s=args.quiet_wait_s, ours=[service.pid])
-            out[callers] = measure_point(
-                protocol=side.protocol,
-                target=f"127.0.0.1:{port}",
-                service_pid=service.pid,
-                callers=callers,
-                window=window,
-            )
+            target = f"127.0.0.1:{port}"
+            if side.protocol.startswith("h2load"):
+                out[callers] = measure_h2load_point(
+                    protocol=side.protocol,
+                    target=target,
+                    service_pid=service.pid,
+                    metrics_port=metrics_port,
+                    callers=callers,
+                    window=window,
+                )
+            else:
+                out[callers] = measure_point(
+                    protocol=side.protocol,
+                    target=target,
+                    service_pid=service.pid,
+                    callers=callers,
+                    window=window,
+                )
             print(
                 f"    {side.label} @ {callers:>3} callers: {out[callers].ok_per_s:7.0f} ok/s, "
                 f"{out[callers].refused_per_s:7.0f} refused/s",
@@ -126,9 +152,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet-wait-s", type=float, default=10.0, help="but no longer than this (10)")
     parser.add_argument("--skip-defaults", action="store_true", help="skip Sluice with default settings")
+    parser.add_argument(
+        "--load-generator",
+        choices=("both", "python"),
+        default="both",
+        help="both: also drive each service with h2load (C; Debian nghttp2-client) when it is installed",
+    )
     parser.add_argument("--quick", action="store_true", help="2 s windows, 1 s warm-up, 1 repeat")
     args = parser.parse_args(argv)
     args.callers = tuple(int(c) for c in args.callers.split(",") if c.strip())
+    args.h2load = args.load_generator == "both" and h2load_path() is not None
     quick = args.quick
     args.duration_s = args.duration_s or (2.0 if quick else 5.0)
     args.warmup_s = args.warmup_s if args.warmup_s is not None else (1.0 if quick else 1.5)

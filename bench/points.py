@@ -45,7 +45,7 @@ class PointResult:
     unfinished: int
 
 
-def _cpu_seconds(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
         try:
@@ -71,11 +71,11 @@ def wait_for_quiet(*, threshold_cores: float, max_wait_s: float, ours: list[int]
     me = os.getpid()
     deadline = time.monotonic() + max_wait_s
     while True:
-        wall, busy, own = time.monotonic(), machine_busy_seconds(), _cpu_seconds([*ours, me])
+        wall, busy, own = time.monotonic(), machine_busy_seconds(), cpu_seconds([*ours, me])
         time.sleep(1.0)
         wall = time.monotonic() - wall
         busy = machine_busy_seconds() - busy
-        own = _cpu_seconds([*ours, me]) - own
+        own = cpu_seconds([*ours, me]) - own
         foreign = max(busy - own, 0.0) / wall
         if foreign < threshold_cores or time.monotonic() >= deadline:
             return foreign
@@ -116,9 +116,9 @@ def measure_point(
             client.send(f"START {t0:.6f} {t1:.6f}")
         client_pids = [c.pid for c in clients]
         _sleep_until(t0)
-        start = (time.time(), machine_busy_seconds(), _cpu_seconds([service_pid]), _cpu_seconds(client_pids))
+        start = (time.time(), machine_busy_seconds(), cpu_seconds([service_pid]), cpu_seconds(client_pids))
         _sleep_until(t1)
-        end = (time.time(), machine_busy_seconds(), _cpu_seconds([service_pid]), _cpu_seconds(client_pids))
+        end = (time.time(), machine_busy_seconds(), cpu_seconds([service_pid]), cpu_seconds(client_pids))
         records = [json.loads(c.wait_for(r"^RESULT (.*)$", 60.0).group(1)) for c in clients]
     wall, busy, service_cpu, clients_cpu = (e - s for e, s in zip(end, start, strict=True))
     ok_ms = [v for r in records for v in r["ok_ms"]]
