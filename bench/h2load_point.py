@@ -49,7 +49,8 @@ def _command(protocol: str, target: str, callers: int, window: Window, body: Pat
     h2load = h2load_path()
     if h2load is None:
         raise RuntimeError("h2load is not installed (Debian package nghttp2-client)")
-    timing = ["-D", f"{window.duration_s:g}", f"--warm-up-time={window.warmup_s:g}", f"--log-file={log}"]
+    ms = {"duration": round(window.duration_s * 1000), "warmup": round(window.warmup_s * 1000)}
+    timing = ["-D", f"{ms['duration']}ms", f"--warm-up-time={ms['warmup']}ms", f"--log-file={log}"]
     if protocol == "h2load-grpc":
         connections = math.ceil(callers / STREAMS_PER_CONNECTION)
         if callers % connections:

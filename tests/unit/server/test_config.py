@@ -29,6 +29,7 @@ def test_flags_parse_into_settings() -> None:
         (["--memory-probe", "gpu"], "memory_probe"),
         (["--default-max-tokens", "5000"], "default_max_tokens"),
         (["--hf-models", "nameonly"], "hf_models"),
+        (["--switch-interval-ms", "0"], "switch_interval_ms"),
     ],
 )
 def test_nonsense_names_the_setting(flags: list[str], name: str) -> None:
