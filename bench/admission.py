@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -236,35 +237,37 @@ def print_report(
     print("errors other than refusals:")
     print(report.errors_note(results, labels))
     print()
-    sluice, naive = results.get("sluice", {}), results.get("naive", {})
+    generators = [("Python clients", "sluice", "naive"), ("h2load", "sluice-h2load", "naive-h2load")]
+    measured = [(name, results[s], results.get(n, {})) for name, s, n in generators if s in results]
 
-    def ok(side: dict[int, list[PointResult]], callers: int) -> list[float]:
+    def ok(side: Mapping[int, list[PointResult]], callers: int) -> list[float]:
         return [p.ok_per_s for p in side.get(callers, [])]
 
-    print("ratios (per repeat, median [min-max]):")
-    for callers in sorted(sluice):
-        print(
-            report.ratio_line(
-                f"sluice @ {callers} / raw batch-{RAW_BATCH} items/s", report.paired(ok(sluice, callers), raw)
-            )
-        )
-    for callers in sorted(set(sluice) & set(naive)):
-        print(
-            report.ratio_line(
-                f"sluice @ {callers} / naive @ {callers} ok/s",
-                report.paired(ok(sluice, callers), ok(naive, callers)),
-            )
-        )
+    print("ratios (per repeat, median [min-max]), each load generator against the same raw-loop repeats:")
+    for name, sluice, naive in measured:
+        for callers in sorted(sluice):
+            pairs = report.paired(ok(sluice, callers), raw)
+            print(report.ratio_line(f"[{name}] sluice @ {callers} / raw batch-{RAW_BATCH} items/s", pairs))
+        for callers in sorted(set(sluice) & set(naive)):
+            pairs = report.paired(ok(sluice, callers), ok(naive, callers))
+            print(report.ratio_line(f"[{name}] sluice @ {callers} / naive @ {callers} ok/s", pairs))
     print()
     print("targets:")
-    for target in [
-        report.Target("sluice @ 64 / raw batch-32 (items/s)", report.paired(ok(sluice, 64), raw), 0.75),
-        report.Target(
-            "sluice @ 16 / naive @ 16 (throughput)", report.paired(ok(sluice, 16), ok(naive, 16)), 2.5
-        ),
-        report.Target("sluice goodput @ 256 / @ 64", report.paired(ok(sluice, 256), ok(sluice, 64)), 0.9),
-    ]:
-        print(report.target_line(target))
+    for name, sluice, naive in measured:
+        for target in [
+            report.Target(
+                f"[{name}] sluice @ 64 / raw batch-32 (items/s)", report.paired(ok(sluice, 64), raw), 0.75
+            ),
+            report.Target(
+                f"[{name}] sluice @ 16 / naive @ 16 (throughput)",
+                report.paired(ok(sluice, 16), ok(naive, 16)),
+                2.5,
+            ),
+            report.Target(
+                f"[{name}] sluice goodput @ 256 / @ 64", report.paired(ok(sluice, 256), ok(sluice, 64)), 0.9
+            ),
+        ]:
+            print(report.target_line(target))
     defaults = results.get("defaults", {})
     for callers, points in sorted(defaults.items()):
         print(
