@@ -75,6 +75,12 @@ def sides(args: argparse.Namespace) -> list[Side]:
                 "naive-h2load", "naive FastAPI, h2load", "h2load-http", naive, naive_ready, port, args.callers
             ),
         ]
+    # Tuned Sluice never refuses at these caller counts (64 slots + 256 waiting): a small one shows refusals.
+    small = ["--max-batch-size", "16", "--max-concurrency", "16", "--max-queue", "16"]
+    label = "sluice gRPC (N=16, Q=16)"
+    out.append(
+        Side("small", label, "grpc", base + no_metrics + small, grpc_ready, port, (max(args.callers),))
+    )
     if not args.skip_defaults:
         defaults = (max(args.callers),)
         out.append(

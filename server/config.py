@@ -35,7 +35,9 @@ class Settings:
     capacity_margin: float = 0.2
     # Dynamic batching (Infer).
     max_batch_size: int = 32
-    max_delay_ms: float = 2.0
+    # 0, as Triton's max_queue_delay: an idle model takes what is queued at once; under load the next batch
+    # fills while the previous one computes, so a delay only made a lone caller wait (158 vs 238+ calls/s).
+    max_delay_ms: float = 0.0
     # Continuous batching (Generate).
     max_sequences: int = 32
     context_length: int = 1024
