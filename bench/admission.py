@@ -24,9 +24,11 @@ from bench.h2load_point import h2load_path, measure_h2load_point
 from bench.points import PointResult, Window, machine_busy_seconds, measure_point, wait_for_quiet
 from bench.processes import PYTHON, ChildProcess
 from bench.raw_model import raw_items_per_s
+from bench.refusal_probe import ProbeResult, measure_refusal_probe
 from bench.stats import Spread
 
 RAW_BATCH = 32
+SMALL = {"slots": 16, "queue": 16}  # a Sluice that refuses at 256 callers, to show refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,31 @@ class Side:
     metrics: str | None = (
         None  # regex whose group 1 is the server's metrics port (h2load reads outcomes there)
     )
+
+
+def small_server(args: argparse.Namespace) -> list[str]:
+    return [
+        PYTHON, "-m", "server", "--port", "0", "--models", "mlp", "--torch-threads", str(args.torch_threads),
+        "--metrics-port", "-1", "--max-batch-size", str(SMALL["slots"]),
+        "--max-concurrency", str(SMALL["slots"]), "--max-queue", str(SMALL["queue"]),
+    ]  # fmt: skip
+
+
+def run_probe(args: argparse.Namespace, window: Window) -> ProbeResult:
+    """The refusal probe against a fresh small server, held full by N + Q callers."""
+    with ChildProcess("probe-server", small_server(args)) as service:
+        port = service.wait_for(r"listening on [^:]+:(\d+)", 120.0).group(1)
+        service.wait_for(r"sluice server ready", 300.0)
+        wait_for_quiet(threshold_cores=args.quiet_cores, max_wait_s=args.quiet_wait_s, ours=[service.pid])
+        result = measure_refusal_probe(
+            target=f"127.0.0.1:{port}", holders=SMALL["slots"] + SMALL["queue"], window=window
+        )
+    print(
+        f"    refusal probe: {result.refused} refused, p50 {result.refused_p50_ms:.1f} ms, "
+        f"p99 {result.refused_p99_ms:.1f} ms",
+        flush=True,
+    )
+    return result
 
 
 def sides(args: argparse.Namespace) -> list[Side]:
@@ -187,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, dict[int, list[PointResult]]] = {s.key: {c: [] for c in s.callers} for s in plan}
     raw: list[float] = []
     raw_other: list[float] = []
+    probes: list[ProbeResult] = []
     notes: dict[str, str] = {}
     load_before = os.getloadavg()
     started = time.monotonic()
@@ -203,8 +231,10 @@ def main(argv: list[str] | None = None) -> None:
         for side in plan[repeat % len(plan) :] + plan[: repeat % len(plan)]:  # rotate: no side always first
             for callers, point in run_side(side, window, notes, args).items():
                 results[side.key][callers].append(point)
+        probes.append(run_probe(args, window))
     elapsed = time.monotonic() - started
     print_report(args, results, labels, (raw, raw_other), notes, load_before, elapsed)
+    print_probes(probes)
 
 
 def print_report(
@@ -282,6 +312,24 @@ def print_report(
             f"{Spread.of([float(p.refused) for p in points]).format(0)} calls per "
             f"{args.duration_s:g} s window"
         )
+
+
+def print_probes(probes: list[ProbeResult]) -> None:
+    if not probes:
+        return
+    holders = SMALL["slots"] + SMALL["queue"]
+    print()
+    print(
+        f"refusal probe: sluice gRPC (N={SMALL['slots']}, Q={SMALL['queue']}) held full by {holders} "
+        "callers, one more caller in its own process:"
+    )
+    print(
+        f"  QUEUE_FULL answered in p50 {Spread.of([p.refused_p50_ms for p in probes]).format(2)} ms, "
+        f"p99 {Spread.of([p.refused_p99_ms for p in probes]).format(2)} ms "
+        f"({Spread.of([float(p.refused) for p in probes]).format(0)} refusals per window, "
+        f"{Spread.of([float(p.admitted) for p in probes]).format(0)} probe calls found a free place); "
+        f"the holders got {Spread.of([p.load_ok_per_s for p in probes]).format(0)} ok/s"
+    )
 
 
 if __name__ == "__main__":
