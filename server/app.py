@@ -184,7 +184,7 @@ class SluiceServer:
             breaker=self.breaker,
             metrics=self.metrics,
         )
-        await worker.run(_warm_generative, model, s.warmup_steps)
+        await worker.run(_warm_generative, model, s.warmup_steps, s.max_sequences)
         self.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
         return scheduler
 
@@ -231,10 +231,15 @@ class SluiceServer:
             worker.shutdown()
 
 
-def _warm_generative(model: GenerativeModel, steps: int) -> None:
-    """Runs prefill and decode on slot 0 so the first real request does not pay for lazy initialisation."""
+def _warm_generative(model: GenerativeModel, steps: int, slots: int) -> None:
+    """Runs prefill and decode once alone and once with every slot in the batch, so the first real requests
+    do not pay for lazy initialisation and the allocator's high-water mark is reached before serving (a
+    full first batch grew the server's RSS by up to ~50 MB in the slow-client storm otherwise)."""
     for _ in range(steps):
-        logits = model.prefill(0, [1, 2, 3, 4])
-        token = torch.tensor([int(logits.argmax())], device=model.device)
-        model.decode([0], token, torch.tensor([4], device=model.device))
-    model.release(0)
+        for batch in sorted({1, slots}):
+            prompts = [(slot, [1, 2, 3, 4]) for slot in range(batch)]
+            logits = model.prefill_many(prompts)
+            tokens = logits.argmax(dim=-1)
+            model.decode(list(range(batch)), tokens, torch.full((batch,), 4, device=model.device))
+            for slot in range(batch):
+                model.release(slot)
