@@ -140,12 +140,11 @@ class DynamicBatcher:
     def _dispatch(self, batch: list[_Pending]) -> None:
         task = asyncio.create_task(self._run_batch(batch))
         self._in_flight.add(task)
+        task.add_done_callback(self._finished)
 
-        def finished(task: asyncio.Task[None]) -> None:
-            self._in_flight.discard(task)
-            self._wake.set()  # a pipeline place is free: a partial batch may go now
-
-        task.add_done_callback(finished)
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._wake.set()  # a pipeline place is free: a partial batch may go now
 
     def _oldest_bucket(self) -> Hashable | None:
         if not self._queues:

@@ -68,7 +68,8 @@ class Doubler(TensorModel):
         self.computed: list[tuple[int, list[int]]] = []
 
     def forward(self, batch: Sequence[Mapping[str, Array]]) -> list[dict[str, Array]]:
-        # On the worker thread, while the test awaits this batch's permit: nothing else ticks the clock.
+        # On the worker thread, while the test awaits this batch after granting its permit: nothing else
+        # ticks the clock meanwhile.
         self.computed.append((self.clock.tick(), [int(item["x"][0]) for item in batch]))
         x = torch.from_numpy(np.stack([item["x"] for item in batch]))
         return [{"y": row} for row in (x * 2).numpy()]
@@ -103,15 +104,14 @@ class SteppedWorker(ModelWorker):
     @property
     def items_in_flight(self) -> int:
         """Live items the worker holds: a cancelled one is dropped when its batch starts, so not counted."""
-        live = sum(1 for batch in self.handed for p in batch if not p.future.done())
-        self.max_items_in_flight = max(self.max_items_in_flight, live)
-        return live
+        return sum(1 for batch in self.handed for p in batch if not p.future.done())
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         (pending,) = args
         ids = [int(p.inputs["x"][0]) for p in pending]
         self.batches.append((self.clock.tick(), ids))
         self.handed.append(pending)
+        self.max_items_in_flight = max(self.max_items_in_flight, self.items_in_flight)
         loop = asyncio.get_running_loop()
         permit, done = loop.create_future(), loop.create_future()
         self.permits.append((permit, done))
