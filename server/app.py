@@ -20,9 +20,11 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
-from server.admission.interceptor import AdmissionInterceptor, GuardedMethod
+from server.admission.interceptor import AdmissionInterceptor
+from server.admission.reader import GuardedMethod
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
+from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
 from server.capacity import plan_capacity
 from server.config import Settings
@@ -60,17 +62,12 @@ class SluiceServer:
             low=settings.low_watermark,
             interval_s=settings.probe_interval_s,
         )
-        self.infer_gate = AdmissionGate(
-            "Infer", slots=settings.max_concurrency or 1, max_waiting=settings.max_queue
-        )
-        self.generate_gate = AdmissionGate(
-            "Generate", slots=settings.max_sequences, max_waiting=settings.max_queue
-        )
         self.interceptor = AdmissionInterceptor(
-            self._methods(frozenset(), frozenset()),
+            _methods({}, {}),
             breaker=self.breaker,
             metrics=self.metrics,
             max_message_bytes=settings.max_message_bytes,
+            stall_timeout_s=settings.stall_timeout_s,
         )
         self.servicer = InferenceServicer()
         self.health = HealthServicer()
@@ -94,14 +91,6 @@ class SluiceServer:
         self.port = 0
         self.metrics_port = 0
 
-    def _methods(self, tensor_models: frozenset[str], generative: frozenset[str]) -> dict[str, GuardedMethod]:
-        return {
-            _INFER: GuardedMethod("Infer", self.infer_gate, pb.InferRequest.DESCRIPTOR, tensor_models),
-            _GENERATE: GuardedMethod(
-                "Generate", self.generate_gate, pb.GenerateRequest.DESCRIPTOR, generative
-            ),
-        }
-
     async def start(self) -> None:
         """Listens at once (health NOT_SERVING), then loads and warms models, then reports SERVING."""
         for name in ("", SERVICE, READINESS):
@@ -116,19 +105,29 @@ class SluiceServer:
             flush=True,
         )
         self.tasks.append(asyncio.create_task(self.breaker.run(), name="memory-breaker"))
+        self.tasks.append(asyncio.create_task(self.interceptor.watchdog.run(), name="write-watchdog"))
         models = await asyncio.to_thread(build_models, self.settings, self.device)
         batchers: dict[str, DynamicBatcher] = {}
         schedulers: dict[str, ContinuousScheduler] = {}
+        # One gate per model, as Triton has a queue per model: one model's load never takes another's slots.
+        infer_gates: dict[str, AdmissionGate] = {}
+        generate_gates: dict[str, AdmissionGate] = {}
         for model in models:
-            worker = ModelWorker(model.descriptor.name)
+            name = model.descriptor.name
+            worker = ModelWorker(name)
             self.workers.append(worker)
             if isinstance(model, TensorModel):
-                batchers[model.descriptor.name] = await self._start_tensor_model(model, worker)
+                batchers[name], slots = await self._start_tensor_model(model, worker)
+                infer_gates[name] = AdmissionGate(
+                    f"Infer {name}", slots=slots, max_waiting=self.settings.max_queue
+                )
             else:
-                schedulers[model.descriptor.name] = await self._start_generative_model(model, worker)
+                schedulers[name] = await self._start_generative_model(model, worker)
+                generate_gates[name] = AdmissionGate(
+                    f"Generate {name}", slots=self.settings.max_sequences, max_waiting=self.settings.max_queue
+                )
         self.servicer.install(batchers, schedulers)
-        self.interceptor.methods = self._methods(frozenset(batchers), frozenset(schedulers))
-        self.generate_gate.slots = max(self.settings.max_sequences * len(schedulers), 1)
+        self.interceptor.methods = _methods(infer_gates, generate_gates)
         self.interceptor.ready = True
         self.tasks.append(asyncio.create_task(self._track_readiness(), name="readiness"))
         # Everything alive now (torch, grpc, protobuf, the weights' Python objects) lives until exit: out of
@@ -144,10 +143,12 @@ class SluiceServer:
             flush=True,
         )
 
-    async def _start_tensor_model(self, model: TensorModel, worker: ModelWorker) -> DynamicBatcher:
+    async def _start_tensor_model(
+        self, model: TensorModel, worker: ModelWorker
+    ) -> tuple[DynamicBatcher, int]:
+        """The model's batcher, and its admission slots (--max-concurrency, else what memory allows)."""
         plan = await worker.run(plan_capacity, model, self.settings, self.breaker.probe)
         log.info("capacity for %s: %s", model.descriptor.name, plan.explain())
-        self.infer_gate.slots = self.settings.max_concurrency or plan.max_concurrency
         await worker.run(model.warmup, self.settings.warmup_steps)
         batcher = DynamicBatcher(
             model,
@@ -158,7 +159,7 @@ class SluiceServer:
             metrics=self.metrics,
         )
         self.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
-        return batcher
+        return batcher, self.settings.max_concurrency or plan.max_concurrency
 
     async def _start_generative_model(
         self, model: GenerativeModel, worker: ModelWorker
@@ -177,8 +178,12 @@ class SluiceServer:
             model,
             worker,
             max_sequences=s.max_sequences,
-            context_length=context,
-            default_max_tokens=min(s.default_max_tokens, context - 1),
+            limits=RequestLimits(
+                context_length=context,
+                default_max_tokens=s.default_max_tokens,
+                max_stop_sequences=s.max_stop_sequences,
+                max_stop_chars=s.max_stop_chars,
+            ),
             stream_buffer=s.stream_buffer,
             stall_timeout_s=s.stall_timeout_s,
             breaker=self.breaker,
@@ -199,7 +204,7 @@ class SluiceServer:
             self.metrics.memory_reserved.labels(self.breaker.probe.name).set(reading.reserved_bytes)
             self.metrics.memory_budget.labels(self.breaker.probe.name).set(reading.budget_bytes)
             self.metrics.breaker_open.set(1 if self.breaker.is_open else 0)
-            busy = self.breaker.is_open or self.infer_gate.is_full() or self.generate_gate.is_full()
+            busy = self.breaker.is_open or any(gate.is_full() for gate in self.interceptor.gates)
             state = not_serving if busy or self.interceptor.draining else serving
             if state != current:
                 await self.health.set(READINESS, state)
@@ -216,7 +221,7 @@ class SluiceServer:
         # Streams still running shortly before the grace period ends get a clean final message.
         for scheduler in self.servicer.schedulers.values():
             scheduler.begin_drain(max(grace - 0.5, 0.0))
-        gates_idle = asyncio.gather(self.infer_gate.idle.wait(), self.generate_gate.idle.wait())
+        gates_idle = asyncio.gather(*(gate.idle.wait() for gate in self.interceptor.gates))
         try:
             await asyncio.wait_for(gates_idle, grace)
         except TimeoutError:
@@ -229,6 +234,19 @@ class SluiceServer:
                 await task
         for worker in self.workers:
             worker.shutdown()
+
+
+def _methods(
+    infer_gates: dict[str, AdmissionGate], generate_gates: dict[str, AdmissionGate]
+) -> dict[str, GuardedMethod]:
+    return {
+        _INFER: GuardedMethod(
+            "Infer", pb.InferRequest.DESCRIPTOR, infer_gates, dict.fromkeys(generate_gates, "Generate")
+        ),
+        _GENERATE: GuardedMethod(
+            "Generate", pb.GenerateRequest.DESCRIPTOR, generate_gates, dict.fromkeys(infer_gates, "Infer")
+        ),
+    }
 
 
 def _warm_generative(model: GenerativeModel, steps: int, slots: int) -> None:

@@ -42,6 +42,8 @@ class Settings:
     max_sequences: int = 32
     context_length: int = 1024
     default_max_tokens: int = 128
+    max_stop_sequences: int = 4
+    max_stop_chars: int = 128
     stream_buffer: int = 32
     stall_timeout_s: float = 10.0
     # Transport and lifecycle.
@@ -84,6 +86,8 @@ class Settings:
             "default_max_tokens",
             "must be > 0 and below context_length",
         )
+        _check(self.max_stop_sequences >= 0, "max_stop_sequences", "must be >= 0")
+        _check(self.max_stop_chars >= 1, "max_stop_chars", "must be >= 1")
         _check(self.stream_buffer >= 2, "stream_buffer", "must be >= 2")
         _check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         _check(self.max_message_bytes >= 1024, "max_message_bytes", "must be >= 1024")

@@ -4,6 +4,7 @@ SluiceError                      code                 reason
 ├── InvalidArgument              INVALID_ARGUMENT     INVALID_ARGUMENT (+ BadRequest field violations)
 │   └── LimitExceeded            INVALID_ARGUMENT     LIMIT_EXCEEDED
 ├── ModelNotFound                NOT_FOUND            MODEL_NOT_FOUND
+├── WrongMethod                  FAILED_PRECONDITION  WRONG_METHOD        (the model is served by another RPC)
 ├── RequestTooLarge              RESOURCE_EXHAUSTED   REQUEST_TOO_LARGE
 ├── Overloaded                   RESOURCE_EXHAUSTED   QUEUE_FULL          (+ RetryInfo)
 ├── OutOfMemory                  RESOURCE_EXHAUSTED   OUT_OF_MEMORY       (+ RetryInfo)
@@ -14,11 +15,24 @@ SluiceError                      code                 reason
 ├── DeadlineUnmeetable           DEADLINE_EXCEEDED    DEADLINE_UNMEETABLE
 ├── StalledConsumer              CANCELLED            STALLED_CONSUMER
 └── ModelFailure                 INTERNAL             MODEL_ERROR
+
+Errors echo what the caller sent (a model name, an input name) only through `clip`, and every metadata value
+is clipped too: an 8,000-character model name must not become 24 KB of trailers, over gRPC's limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+
+#: The most characters of a caller's value that an error message or metadata value repeats.
+ECHO_LIMIT = 64
+_METADATA_LIMIT = 256
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`value` as text, cut to `limit` characters with a marker that gives the original length."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
 class SluiceError(Exception):
@@ -37,7 +51,7 @@ class SluiceError(Exception):
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+        self.metadata = {k: clip(v, _METADATA_LIMIT) for k, v in (metadata or {}).items()}
         self.retry_after_s = retry_after_s
         if reason is not None:
             self.reason = reason
@@ -70,8 +84,19 @@ class ModelNotFound(SluiceError):
 
     def __init__(self, model: str, available: Sequence[str]) -> None:
         super().__init__(
-            f"model {model!r} is not loaded; available: {', '.join(sorted(available)) or 'none'}",
-            metadata={"model": model},
+            f"model {clip(model)!r} is not loaded; available: {', '.join(sorted(available)) or 'none'}",
+            metadata={"model": clip(model)},
+        )
+
+
+class WrongMethod(SluiceError):
+    code = "FAILED_PRECONDITION"
+    reason = "WRONG_METHOD"
+
+    def __init__(self, model: str, called: str, serving: str) -> None:
+        super().__init__(
+            f"model {model!r} is served by {serving}, not {called}; call {serving}",
+            metadata={"model": model, "method": called, "serving_method": serving},
         )
 
 

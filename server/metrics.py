@@ -1,4 +1,7 @@
-"""Every Prometheus instrument the server exports, in one registry, served on a separate HTTP port."""
+"""Every Prometheus instrument the server exports, in one registry, served on a separate HTTP port.
+
+Label values are only ever served model names (or "" for a call that named none): a caller cannot grow the
+registry by sending made-up names."""
 
 from __future__ import annotations
 
@@ -21,6 +24,12 @@ class Metrics:
             "sluice_requests_refused_total",
             "Requests refused by admission control.",
             [*mm, "reason"],
+            registry=r,
+        )
+        self.queued = Counter(
+            "sluice_requests_queued_total",
+            "Admitted requests that waited in the queue because every slot was held.",
+            mm,
             registry=r,
         )
         self.in_flight = Gauge("sluice_requests_in_flight", "Requests holding a slot.", mm, registry=r)
@@ -81,6 +90,12 @@ class Metrics:
         )
         self.stalled = Counter(
             "sluice_streams_stalled_total", "Streams ended for a stalled consumer.", m, registry=r
+        )
+        self.write_stalled = Counter(
+            "sluice_streams_write_stalled_total",
+            "Streams ended because the peer accepted no data (no flow-control window) for the stall timeout.",
+            m,
+            registry=r,
         )
         self.kv_slots = Gauge("sluice_kv_slots_in_use", "KV-cache slots held by sequences.", m, registry=r)
         self.kv_tokens = Gauge("sluice_kv_tokens_in_use", "Tokens held in the KV cache.", m, registry=r)

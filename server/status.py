@@ -13,9 +13,13 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from server.errors import InvalidArgument, SluiceError
+from server.errors import InvalidArgument, SluiceError, clip
 
 DOMAIN = "sluice.inference.v1"
+# A backstop under the clipping each error does of the values it echoes: whatever a message says, the
+# status (message + details, sent twice: as grpc-message and inside grpc-status-details-bin) stays small.
+_MESSAGE_LIMIT = 1024
+_FIELD_LIMIT = 128
 
 
 def to_grpc_status(error: SluiceError) -> grpc.Status:
@@ -33,12 +37,15 @@ def to_grpc_status(error: SluiceError) -> grpc.Status:
     if isinstance(error, InvalidArgument):
         bad = error_details_pb2.BadRequest(
             field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=f, description=d)
-                for f, d in error.violations
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=clip(f, _FIELD_LIMIT), description=clip(d, _MESSAGE_LIMIT)
+                )
+                for f, d in error.violations[:16]
             ]
         )
         details.append(_pack(bad))
-    proto = status_pb2.Status(code=code_pb2.Code.Value(error.code), message=error.message, details=details)
+    message = clip(error.message, _MESSAGE_LIMIT)
+    proto = status_pb2.Status(code=code_pb2.Code.Value(error.code), message=message, details=details)
     status = rpc_status.to_status(proto)
     return _Status(status.code, status.details, tuple(status.trailing_metadata) + tuple(pushback))
 

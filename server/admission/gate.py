@@ -2,6 +2,10 @@
 
 Ageing is a static key: a waiter's key is its arrival time minus `priority * ageing_s`, so a HIGH request
 overtakes LOW ones that arrived up to 2 * ageing_s before it, and nothing waits behind newer arrivals forever.
+
+The drain rate behind deadline estimates is learnt only while callers queue: the gap between two releases
+that each handed their slot to a waiter. Gaps that include idle time say nothing about how fast a queue
+drains (after a minute of quiet they made the first calls of a burst look unmeetable).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from server.domain import Priority
@@ -28,7 +33,15 @@ class _Waiter:
 class AdmissionGate:
     """A priority semaphore with a bounded wait queue; every acquire is paired with exactly one release."""
 
-    def __init__(self, name: str, *, slots: int, max_waiting: int, ageing_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        slots: int,
+        max_waiting: int,
+        ageing_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if slots <= 0:
             raise ValueError(f"invalid setting max_concurrency for {name}: must be > 0, got {slots}")
         if max_waiting < 0:
@@ -43,23 +56,28 @@ class AdmissionGate:
         self.idle.set()
         self._heap: list[_Waiter] = []
         self._counter = itertools.count()
+        self._clock = clock
         self._service_s = 0.0  # EWMA of how long a slot is held
-        self._last_release = 0.0
-        self._release_interval_s = 0.0  # EWMA of the time between releases: 1 / drain rate
+        self._last_handover: float | None = None  # the last release that passed its slot to a waiter
+        self._release_interval_s = 0.0  # EWMA of the time between releases while queued: 1 / drain rate
 
     def is_full(self) -> bool:
         """True when a new call would be refused: every slot held and the wait queue at its bound."""
         return self.in_use >= self.slots and self.waiting >= self.max_waiting
 
+    def _drain_interval_s(self) -> float:
+        """Seconds between slots coming free under load: measured while queued, else N slots held S each."""
+        return self._release_interval_s or self._service_s / self.slots
+
     def retry_after_s(self) -> float:
         """A retry hint from the drain rate: roughly when the current queue will have drained."""
-        interval = self._release_interval_s or self._service_s / self.slots or 0.05
+        interval = self._drain_interval_s() or 0.05
         return min(max((self.waiting + 1) * interval, 0.01), 5.0)
 
     def estimated_wait_s(self) -> float:
         """Expected time from arrival to completion for a new call, from measured rates (0 when unknown)."""
         ahead = self.waiting + 1 if self.in_use >= self.slots else 0
-        return ahead * self._release_interval_s + self._service_s
+        return ahead * self._drain_interval_s() + self._service_s
 
     def overloaded(self) -> Overloaded:
         return Overloaded(
@@ -89,7 +107,7 @@ class AdmissionGate:
             return 0.0
         if self.waiting >= self.max_waiting:
             raise self.overloaded()
-        start = time.monotonic()
+        start = self._clock()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(
             self._heap, _Waiter(start - int(priority) * self.ageing_s, next(self._counter), future)
@@ -106,24 +124,32 @@ class AdmissionGate:
         except asyncio.CancelledError:
             self._forget(future)
             raise
-        return time.monotonic() - start
+        return self._clock() - start
 
     def release(self, held_s: float) -> None:
-        now = time.monotonic()
+        now = self._clock()
         self._service_s += _EWMA * (held_s - self._service_s) if self._service_s else held_s
-        if self._last_release:
-            gap = now - self._last_release
-            self._release_interval_s += _EWMA * (gap - self._release_interval_s)
-        self._last_release = now
         while self._heap:
             waiter = heapq.heappop(self._heap)
             if not waiter.future.done():
                 self.waiting -= 1
                 waiter.future.set_result(None)  # the slot passes straight to the waiter
+                self._learn_drain(now)
                 return
+        self._last_handover = None  # the queue is empty: the next gap would include idle time
         self.in_use -= 1
         if self.in_use == 0:
             self.idle.set()
+
+    def _learn_drain(self, now: float) -> None:
+        """Counts the gap since the previous hand-over: both ends had a queue, so no idle time is in it."""
+        if self._last_handover is not None:
+            gap = now - self._last_handover
+            first = not self._release_interval_s
+            self._release_interval_s = (
+                gap if first else self._release_interval_s + _EWMA * (gap - self._release_interval_s)
+            )
+        self._last_handover = now
 
     def _forget(self, future: asyncio.Future[None]) -> None:
         """Undoes a wait that ended without a slot; if the slot arrived meanwhile, hands it on."""

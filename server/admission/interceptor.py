@@ -1,9 +1,10 @@
 """AdmissionInterceptor: refuses or admits Infer/Generate calls before the servicer sees them.
 
-Refusals that need no request body (draining, memory breaker open, queue full) are decided in
-intercept_service and answered by a handler with no deserializer: a refused body is never parsed.
-Admitted calls wait in the gate by priority; the slot is released in `finally` once the unary call
-returns or the stream has ended, on every path.
+Every refusal (draining, warming up, unknown model or wrong RPC, memory breaker open, the model's queue
+full) is decided by the deserializer from the model the raw request names (server/admission/reader.py): a
+refused body is never parsed. Admitted calls wait in their model's gate by priority; the slot is released
+once the unary call returns or the stream has ended, on every path, or by the WriteWatchdog when the peer
+stops accepting data.
 """
 
 from __future__ import annotations
@@ -15,35 +16,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf.descriptor import Descriptor
-from google.protobuf.message import DecodeError
 from prometheus_client import Counter, Gauge, Histogram
 
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
+from server.admission.reader import GuardedMethod, Refused, admission_reader
+from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
-from server.codec.wire import find_invalid_utf8
-from server.errors import (
-    InvalidArgument,
-    ModelNotFound,
-    NotReady,
-    RequestTooLarge,
-    ShuttingDown,
-    SluiceError,
-)
+from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
 from server.metrics import Metrics
 from server.status import to_grpc_status
-
-
-@dataclass(frozen=True, slots=True)
-class GuardedMethod:
-    """One admission-controlled RPC: its gate, its request type and the models that serve it."""
-
-    name: str
-    gate: AdmissionGate
-    request: Descriptor
-    models: frozenset[str]
-
 
 # The admitted call's wait for a slot, for the servicer's Timings (same task, so the context carries it).
 ADMISSION_WAIT: contextvars.ContextVar[float] = contextvars.ContextVar("admission_wait", default=0.0)
@@ -53,13 +35,9 @@ ADMISSION_WAIT: contextvars.ContextVar[float] = contextvars.ContextVar("admissio
 class _Instruments:
     waiting: Gauge
     admitted: Counter
+    queued: Counter
     in_flight: Gauge
     queue_wait: Histogram
-
-
-class _Malformed:
-    def __init__(self, error: SluiceError) -> None:
-        self.error = error
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: SluiceError) -> None:
@@ -73,6 +51,24 @@ else:  # the runtime class is not generic; only the type stubs are
     _ServerInterceptor = grpc.aio.ServerInterceptor
 
 
+class _Slot:
+    """One admitted call's hold on its gate; released exactly once, whichever path gets there first."""
+
+    __slots__ = ("admitted", "gate", "in_flight", "released")
+
+    def __init__(self, gate: AdmissionGate, in_flight: Gauge) -> None:
+        self.gate = gate
+        self.in_flight = in_flight
+        self.admitted = time.monotonic()
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.in_flight.dec()
+            self.gate.release(time.monotonic() - self.admitted)
+
+
 class AdmissionInterceptor(_ServerInterceptor):
     def __init__(
         self,
@@ -81,15 +77,19 @@ class AdmissionInterceptor(_ServerInterceptor):
         breaker: MemoryBreaker | None,
         metrics: Metrics,
         max_message_bytes: int,
+        stall_timeout_s: float,
     ) -> None:
         self.methods = dict(methods)
         self.breaker = breaker
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
         self.draining = False
+        self.ready = False
+        self.watchdog = WriteWatchdog(
+            timeout_s=stall_timeout_s, on_stall=lambda model: metrics.write_stalled.labels(model).inc()
+        )
         self._children: dict[tuple[str, str], _Instruments] = {}
         self._guarded_handlers: dict[tuple[str, int, int], grpc.RpcMethodHandler[Any, Any]] = {}
-        self.ready = False
 
     async def intercept_service(
         self,
@@ -100,18 +100,6 @@ class AdmissionInterceptor(_ServerInterceptor):
         method = self.methods.get(handler_call_details.method)
         if method is None or handler is None:
             return handler
-        refusal: SluiceError | None = None
-        if self.draining:
-            refusal = ShuttingDown("the server is draining; retry on another replica", retry_after_s=1.0)
-        elif not self.ready:
-            refusal = NotReady("the server is loading and warming up its models", retry_after_s=1.0)
-        elif self.breaker is not None and self.breaker.is_open:
-            refusal = self.breaker.refusal()
-        elif method.gate.is_full():
-            refusal = method.gate.overloaded()
-        if refusal is not None:
-            self.metrics.refused.labels("", method.name, refusal.reason).inc()
-            return _refusing_handler(handler, refusal)
         # Built once per method (and per install of the models): the wrapper holds no per-call state.
         key = (handler_call_details.method, id(method), id(handler))
         guarded = self._guarded_handlers.get(key)
@@ -119,75 +107,109 @@ class AdmissionInterceptor(_ServerInterceptor):
             guarded = self._guarded_handlers[key] = self._guarded(handler, method)
         return guarded
 
+    @property
+    def gates(self) -> list[AdmissionGate]:
+        return [gate for method in self.methods.values() for gate in method.gates.values()]
+
+    def refusal(self, method: GuardedMethod, model: str) -> SluiceError | None:
+        """Why a call to `model` through `method` may not even queue, or None: decided from the model name
+        alone, before the request is parsed."""
+        if self.draining:
+            return ShuttingDown("the server is draining; retry on another replica", retry_after_s=1.0)
+        if not self.ready:
+            return NotReady("the server is loading and warming up its models", retry_after_s=1.0)
+        if not model:
+            return InvalidArgument("model must be set", field="model")
+        gate = method.gates.get(model)
+        if gate is None:
+            serving = method.elsewhere.get(model)
+            if serving is not None:
+                return WrongMethod(model, method.name, serving)
+            return ModelNotFound(model, sorted(method.gates))
+        if self.breaker is not None and self.breaker.is_open:
+            return self.breaker.refusal()
+        if gate.is_full():
+            return gate.overloaded()
+        return None
+
     def _guarded(
         self, handler: grpc.RpcMethodHandler[Any, Any], method: GuardedMethod
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        deserialize = self._safe_deserializer(handler.request_deserializer, method.request)
+        read = admission_reader(
+            method,
+            handler.request_deserializer,
+            decide=self.refusal,
+            max_message_bytes=self.max_message_bytes,
+        )
+        watchdog = self.watchdog
         if handler.unary_stream is not None:
             stream_behaviour: Any = handler.unary_stream
 
             async def guarded_stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                admitted = await self._admit(request, context, method)
+                slot = await self._admit(request, context, method)
+                watched = watchdog.watch(context, request.model, slot.release)
+                clock = time.monotonic
                 try:
                     async for message in stream_behaviour(request, context):
+                        watched.writing_since = clock()
                         yield message
+                        watched.writing_since = 0.0
                 finally:
-                    self._release(method, request.model, admitted)
+                    watchdog.forget(watched)
+                    slot.release()
 
             return grpc.unary_stream_rpc_method_handler(
-                guarded_stream,
-                request_deserializer=deserialize,
-                response_serializer=handler.response_serializer,
+                guarded_stream, request_deserializer=read, response_serializer=handler.response_serializer
             )
         unary_behaviour: Any = handler.unary_unary
 
         async def guarded_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            admitted = await self._admit(request, context, method)
+            slot = await self._admit(request, context, method)
             try:
                 return await unary_behaviour(request, context)
             finally:
-                self._release(method, request.model, admitted)
+                slot.release()
 
         return grpc.unary_unary_rpc_method_handler(
-            guarded_unary, request_deserializer=deserialize, response_serializer=handler.response_serializer
+            guarded_unary, request_deserializer=read, response_serializer=handler.response_serializer
         )
 
     async def _admit(
         self, request: Any, context: grpc.aio.ServicerContext[Any, Any], method: GuardedMethod
-    ) -> float:
+    ) -> _Slot:
         """Waits for a slot; on refusal aborts the call (which raises) without holding anything."""
-        model = getattr(request, "model", "")
+        if isinstance(request, Refused):
+            self.metrics.refused.labels(request.model, method.name, request.error.reason).inc()
+            await abort(context, request.error)
+            raise request.error  # abort raises; this keeps type checkers aware that nothing is held
+        model = request.model
+        gate = method.gates.get(model)
         try:
-            if isinstance(request, _Malformed):
-                raise request.error
-            if model not in method.models:
-                raise ModelNotFound(model, sorted(method.models))
+            if gate is None:  # the reader checked; a message whose model changed under parsing lands here
+                raise ModelNotFound(model, sorted(method.gates))
             instruments = self._instruments(model, method.name)
+            queued = gate.in_use >= gate.slots
             instruments.waiting.inc()
             try:
-                waited = await method.gate.acquire(
-                    decode_priority(request.priority), context.time_remaining()
-                )
+                waited = await gate.acquire(decode_priority(request.priority), context.time_remaining())
             finally:
                 instruments.waiting.dec()
         except SluiceError as error:
-            self.metrics.refused.labels(model, method.name, error.reason).inc()
+            self.metrics.refused.labels(model if gate is not None else "", method.name, error.reason).inc()
             await abort(context, error)
-            raise  # abort raises; this keeps type checkers aware that nothing is held
+            raise
         instruments.admitted.inc()
+        if queued:
+            instruments.queued.inc()
         instruments.in_flight.inc()
         instruments.queue_wait.observe(waited)
         ADMISSION_WAIT.set(waited)
-        return time.monotonic()
-
-    def _release(self, method: GuardedMethod, model: str, admitted: float) -> None:
-        self._instruments(model, method.name).in_flight.dec()
-        method.gate.release(time.monotonic() - admitted)
+        return _Slot(gate, instruments.in_flight)
 
     def _instruments(self, model: str, method: str) -> _Instruments:
-        """Labelled metric children, resolved once per (model, method) rather than per request."""
+        """Labelled metric children, resolved once per served (model, method) rather than per request."""
         key = (model, method)
         found = self._children.get(key)
         if found is None:
@@ -195,52 +217,9 @@ class AdmissionInterceptor(_ServerInterceptor):
             found = _Instruments(
                 m.waiting.labels(model, method),
                 m.admitted.labels(model, method),
+                m.queued.labels(model, method),
                 m.in_flight.labels(model, method),
                 m.queue_wait.labels(model, method),
             )
             self._children[key] = found
         return found
-
-    def _safe_deserializer(
-        self, deserialize: Callable[[bytes], Any] | None, descriptor: Descriptor
-    ) -> Callable[[bytes], Any]:
-        """Turns parse failures into values the behaviour answers with INVALID_ARGUMENT naming the field."""
-        limit = self.max_message_bytes
-
-        def parse(data: bytes) -> Any:
-            if len(data) > limit:
-                return _Malformed(
-                    RequestTooLarge(
-                        f"the request is {len(data)} bytes; the limit is {limit}",
-                        metadata={"size": len(data), "limit": limit},
-                    )
-                )
-            try:
-                return deserialize(data) if deserialize else data
-            except DecodeError as exc:
-                field = find_invalid_utf8(descriptor, data)
-                if field is not None:
-                    return _Malformed(InvalidArgument(f"{field} is not valid UTF-8", field=field))
-                return _Malformed(InvalidArgument(f"the request could not be parsed: {exc}", field="request"))
-
-        return parse
-
-
-def _refusing_handler(
-    handler: grpc.RpcMethodHandler[Any, Any], error: SluiceError
-) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of the same shape that aborts at once and never deserializes the body."""
-    if handler.unary_stream is not None:
-
-        async def refuse_stream(
-            _request: bytes, context: grpc.aio.ServicerContext[Any, Any]
-        ) -> AsyncIterator[Any]:
-            await abort(context, error)
-            yield None  # pragma: no cover - abort raises
-
-        return grpc.unary_stream_rpc_method_handler(refuse_stream)
-
-    async def refuse(_request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await abort(context, error)
-
-    return grpc.unary_unary_rpc_method_handler(refuse)

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import torch
 
 from server.admission.breaker import MemoryBreaker
-from server.batching.requests import resolve_request
+from server.batching.requests import RequestLimits, resolve_request
 from server.batching.sequence import GenSequence
 from server.batching.slots import SlotPool
 from server.batching.step import StepPlan, run_step
@@ -46,8 +46,7 @@ class ContinuousScheduler:
         worker: ModelWorker,
         *,
         max_sequences: int,
-        context_length: int,
-        default_max_tokens: int,
+        limits: RequestLimits,
         stream_buffer: int,
         stall_timeout_s: float,
         breaker: MemoryBreaker | None,
@@ -55,8 +54,8 @@ class ContinuousScheduler:
     ) -> None:
         self.model = model
         self.worker = worker
-        self.pool = SlotPool(max_sequences, context_length)
-        self.default_max_tokens = default_max_tokens
+        self.pool = SlotPool(max_sequences, limits.context_length)
+        self.limits = limits
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s
         self.breaker = breaker
@@ -82,12 +81,7 @@ class ContinuousScheduler:
     # -- the request side (event loop) ------------------------------------------------------------
     def submit(self, spec: GenerateSpec) -> GenSequence:
         """Validates against the model's limits (raising before the stream starts) and queues to join."""
-        prompt, params = resolve_request(
-            spec,
-            self.model,
-            context_length=self.pool.context_length,
-            default_max_tokens=self.default_max_tokens,
-        )
+        prompt, params = resolve_request(spec, self.model, self.limits)
         seed = spec.seed if spec.seed is not None else secrets.randbits(63)
         seq = GenSequence(
             prompt,

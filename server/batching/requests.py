@@ -1,20 +1,55 @@
-"""Generate requests against a model's limits: prompt tokens, max_tokens and the context length, defaults
-for unset sampling settings. A request that can never fit is refused here, naming the limit."""
+"""Generate requests against the server's and the model's limits: stop sequences, prompt tokens, max_tokens
+and the context length, defaults for unset sampling settings. A request that can never fit is refused here,
+naming the limit."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from server.domain import GenerateSpec, SamplingParams
 from server.errors import InvalidArgument, LimitExceeded
 from server.runtimes.base import GenerativeModel
 
 
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What one Generate request may ask of a scheduler (from Settings and the model's context)."""
+
+    context_length: int
+    default_max_tokens: int
+    # OpenAI and TGI allow 4 stop sequences; their text is held back while it could still become one.
+    max_stop_sequences: int = 4
+    max_stop_chars: int = 128
+
+
+def check_stops(stops: tuple[str, ...], limits: RequestLimits) -> None:
+    """Counts first, so an oversize list is refused without looking at its entries."""
+    if len(stops) > limits.max_stop_sequences:
+        raise LimitExceeded(
+            f"{len(stops)} stop sequences; at most {limits.max_stop_sequences} are allowed",
+            field="sampling.stop",
+            metadata={"max_stop_sequences": limits.max_stop_sequences, "stop_sequences": len(stops)},
+        )
+    for index, stop in enumerate(stops):
+        if not stop:
+            raise InvalidArgument("stop sequences must not be empty", field=f"sampling.stop[{index}]")
+        if len(stop) > limits.max_stop_chars:
+            raise LimitExceeded(
+                f"stop sequence {index} has {len(stop)} characters; at most {limits.max_stop_chars}",
+                field=f"sampling.stop[{index}]",
+                metadata={"max_stop_chars": limits.max_stop_chars},
+            )
+
+
 def resolve_request(
-    spec: GenerateSpec, model: GenerativeModel, *, context_length: int, default_max_tokens: int
+    spec: GenerateSpec, model: GenerativeModel, limits: RequestLimits
 ) -> tuple[list[int], SamplingParams]:
     """The prompt's token ids and complete sampling settings; raises InvalidArgument / LimitExceeded naming
     the field before the stream starts."""
-    limits = model.descriptor.limits
-    context = context_length
+    check_stops(spec.stop, limits)
+    model_limits = model.descriptor.limits
+    context = limits.context_length
+    default_max_tokens = min(limits.default_max_tokens, context - 1)
     if spec.prompt_ids is not None:
         prompt = list(spec.prompt_ids)
         for index, token in enumerate(prompt):
@@ -37,11 +72,11 @@ def resolve_request(
         max_tokens = min(default_max_tokens, context - len(prompt))
     else:
         max_tokens = spec.max_tokens
-        if max_tokens > limits.max_tokens:
+        if max_tokens > model_limits.max_tokens:
             raise LimitExceeded(
-                f"max_tokens {max_tokens} exceeds the model's limit of {limits.max_tokens}",
+                f"max_tokens {max_tokens} exceeds the model's limit of {model_limits.max_tokens}",
                 field="sampling.max_tokens",
-                metadata={"max_tokens_limit": limits.max_tokens},
+                metadata={"max_tokens_limit": model_limits.max_tokens},
             )
         if len(prompt) + max_tokens > context:
             raise LimitExceeded(

@@ -20,7 +20,7 @@ from server.domain import (
     TensorSpec,
     TokenChunk,
 )
-from server.errors import InvalidArgument
+from server.errors import InvalidArgument, clip
 
 _PRIORITY: dict[int, Priority] = {
     pb.PRIORITY_UNSPECIFIED: Priority.NORMAL,
@@ -52,7 +52,7 @@ def decode_infer(request: pb.InferRequest) -> InferItem:
     inputs = {}
     for index, tensor in enumerate(request.inputs):
         if tensor.name in inputs:
-            raise InvalidArgument(f"input {tensor.name!r} appears twice", field=f"inputs[{index}].name")
+            raise InvalidArgument(f"input {clip(tensor.name)!r} appears twice", field=f"inputs[{index}].name")
         inputs[tensor.name] = decode_tensor(tensor, f"inputs[{index}]")
     return InferItem(
         model=request.model,
@@ -97,9 +97,6 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         raise InvalidArgument(f"top_p must be in (0, 1], got {s.top_p}", field="sampling.top_p")
     if s.HasField("top_k") and s.top_k < 0:
         raise InvalidArgument(f"top_k must be >= 0, got {s.top_k}", field="sampling.top_k")
-    for index, stop in enumerate(s.stop):
-        if not stop:
-            raise InvalidArgument("stop sequences must not be empty", field=f"sampling.stop[{index}]")
     return GenerateSpec(
         model=request.model,
         prompt_text=request.text if which == "text" else None,

@@ -8,7 +8,7 @@ import numpy as np
 from sluice.inference.v1 import inference_pb2 as pb
 
 from server.domain import Array, DType
-from server.errors import InvalidArgument
+from server.errors import InvalidArgument, clip
 
 _FROM_PB = {
     pb.DATA_TYPE_FLOAT32: DType.FLOAT32,
@@ -29,6 +29,8 @@ _TYPED_FIELD = {
     DType.BOOL: "bool_contents",
     DType.STRING: "string_contents",
 }
+#: numpy arrays have at most 64 dimensions; no model here needs more than a few.
+MAX_DIMS = 32
 _NUMPY_TO_DTYPE = {d.numpy: d for d in DType if d is not DType.STRING}
 
 
@@ -38,11 +40,18 @@ def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
     if dtype is None:
         raise InvalidArgument(f"{path}.dtype must be set to a supported DataType", field=f"{path}.dtype")
     shape = tuple(tensor.shape)
+    if len(shape) > MAX_DIMS:
+        raise InvalidArgument(
+            f"{path}.shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported",
+            field=f"{path}.shape",
+        )
     if any(d < 0 for d in shape):
-        raise InvalidArgument(f"{path}.shape has a negative dimension: {list(shape)}", field=f"{path}.shape")
+        raise InvalidArgument(
+            f"{path}.shape has a negative dimension: {clip(list(shape))}", field=f"{path}.shape"
+        )
     count = math.prod(shape)
     if count == 0:
-        raise InvalidArgument(f"{path} is empty (shape {list(shape)})", field=f"{path}.shape")
+        raise InvalidArgument(f"{path} is empty (shape {clip(list(shape))})", field=f"{path}.shape")
     typed_name = _TYPED_FIELD[dtype]
     has_typed = tensor.HasField("contents")
     if tensor.raw_contents:
@@ -53,7 +62,7 @@ def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
         expected = count * dtype.numpy.itemsize
         if len(tensor.raw_contents) != expected:
             raise InvalidArgument(
-                f"{path}.raw_contents holds {len(tensor.raw_contents)} bytes; shape {list(shape)} of "
+                f"{path}.raw_contents holds {len(tensor.raw_contents)} bytes; shape {clip(list(shape))} of "
                 f"{dtype.name} needs {expected}",
                 field=f"{path}.raw_contents",
             )
@@ -61,7 +70,8 @@ def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
     values = getattr(tensor.contents, typed_name)
     if len(values) != count:
         raise InvalidArgument(
-            f"{path}.contents.{typed_name} holds {len(values)} values; shape {list(shape)} needs {count}",
+            f"{path}.contents.{typed_name} holds {len(values)} values; "
+            f"shape {clip(list(shape))} needs {count}",
             field=f"{path}.contents.{typed_name}",
         )
     if dtype is DType.STRING:

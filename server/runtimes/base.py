@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from server.domain import Array, DType, ModelDescriptor, TensorSpec
-from server.errors import InvalidArgument
+from server.errors import InvalidArgument, clip
 
 
 class TensorModel(abc.ABC):
@@ -33,7 +33,7 @@ class TensorModel(abc.ABC):
         for index, name in enumerate(inputs):
             if name not in specs:
                 raise InvalidArgument(
-                    f"unknown input {name!r}; expected {sorted(specs)}", field=f"inputs[{index}].name"
+                    f"unknown input {clip(name)!r}; expected {sorted(specs)}", field=f"inputs[{index}].name"
                 )
             positions[name] = index
         for spec in specs.values():

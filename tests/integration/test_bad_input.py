@@ -151,8 +151,27 @@ def test_non_utf8_text_names_the_field(channel: grpc.Channel) -> None:
 
 def test_unknown_model_for_generate(stub: pb_grpc.InferenceServiceStub) -> None:
     with pytest.raises(grpc.RpcError) as info:
-        list(stub.Generate(pb.GenerateRequest(model="mlp", text="x"), timeout=30))
+        list(stub.Generate(pb.GenerateRequest(model="nope", text="x"), timeout=30))
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert details(info.value)[0] == "MODEL_NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("rpc", "model", "serving"), [("Generate", "mlp", "Infer"), ("Infer", "byte-lm", "Generate")]
+)
+def test_a_model_called_through_the_wrong_rpc_names_the_one_that_serves_it(
+    stub: pb_grpc.InferenceServiceStub, rpc: str, model: str, serving: str
+) -> None:
+    def call() -> object:
+        if rpc == "Generate":
+            return list(stub.Generate(pb.GenerateRequest(model=model, text="x"), timeout=30))
+        return stub.Infer(pb.InferRequest(model=model, inputs=[tensor()]), timeout=30)
+
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert details(info.value)[0] == "WRONG_METHOD"
+    assert f"served by {serving}, not {rpc}" in (info.value.details() or "")
 
 
 def test_oversized_grpc_request_is_resource_exhausted(stub: pb_grpc.InferenceServiceStub) -> None:
@@ -213,6 +232,16 @@ def test_http_wrong_shape_is_400_naming_the_input(shim: ShimProcess) -> None:
     )
     assert r.status_code == 400, r.text
     assert any("inputs[0]" in f for f in fields_of(r))
+
+
+def test_http_infer_on_a_generative_model_is_400_naming_generate(shim: ShimProcess) -> None:
+    r = post(
+        shim,
+        "/v1/infer",
+        json={"model": "byte-lm", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [1], "data": [0.0]}]},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["reason"] == "WRONG_METHOD" and "Generate" in r.json()["error"]["message"]
 
 
 def test_http_malformed_json_is_400(shim: ShimProcess) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from server.batching.continuous import ContinuousScheduler
+from server.batching.requests import RequestLimits
 from server.batching.sequence import GenSequence
 from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, TokenChunk
@@ -48,8 +49,7 @@ class Harness:
             self.model,
             self.worker,
             max_sequences=4,
-            context_length=128,
-            default_max_tokens=16,
+            limits=RequestLimits(context_length=128, default_max_tokens=16),
             stream_buffer=self.buffer,
             stall_timeout_s=self.stall_s,
             breaker=None,

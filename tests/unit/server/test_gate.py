@@ -136,3 +136,54 @@ def test_bad_settings_name_the_setting() -> None:
         AdmissionGate("t", slots=0, max_waiting=1)
     with pytest.raises(ValueError, match="max_queue"):
         AdmissionGate("t", slots=1, max_waiting=-1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_time_never_counts_as_drain_time() -> None:
+    """After a minute with no traffic, a burst of calls with 30 s deadlines is queued, not refused: the
+    drain rate is learnt only between releases that hand a slot to a waiter."""
+
+    async def main() -> None:
+        clock = FakeClock()
+        gate = AdmissionGate("t", slots=2, max_waiting=64, clock=clock)
+
+        async def queue_behind(count: int, timeout_s: float | None) -> list[asyncio.Task[float]]:
+            tasks = [asyncio.create_task(gate.acquire(Priority.NORMAL, timeout_s)) for _ in range(count)]
+            await asyncio.sleep(0)
+            return tasks
+
+        # A busy period: a queue drains by one slot every 10 ms.
+        await gate.acquire(Priority.NORMAL, None)
+        await gate.acquire(Priority.NORMAL, None)
+        waiters = await queue_behind(20, None)
+        for _ in range(20):
+            clock.now += 0.01
+            gate.release(0.02)
+        await asyncio.gather(*waiters)
+        assert gate._release_interval_s == pytest.approx(0.01)
+        clock.now += 0.01
+        gate.release(0.02)
+        gate.release(0.02)
+        assert gate.in_use == 0
+        # A minute of quiet, then a burst that queues.
+        clock.now += 60.0
+        await gate.acquire(Priority.NORMAL, None)
+        await gate.acquire(Priority.NORMAL, None)
+        burst = await queue_behind(30, 30.0)
+        clock.now += 0.01
+        gate.release(0.02)  # the first hand-over after the quiet minute
+        late = await queue_behind(10, 30.0)
+        assert gate.estimated_wait_s() < 1.0, gate.estimated_wait_s()
+        assert not any(t.done() for t in late), [t.exception() for t in late if t.done()]
+        for task in [*burst, *late]:
+            task.cancel()
+        await asyncio.gather(*burst, *late, return_exceptions=True)
+
+    run(main())

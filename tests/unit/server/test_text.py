@@ -47,3 +47,45 @@ def test_invalid_bytes_become_replacement_characters() -> None:
 def test_incomplete_character_at_the_end_is_flushed_as_replacement() -> None:
     pieces, _ = stream("é".encode()[:1])
     assert "".join(pieces) == "\ufffd"
+
+
+def test_a_stop_completing_first_wins_and_overlapping_stops_hold_correctly() -> None:
+    pieces, stopped = stream(b"xxabcd", stop=("abcd", "bc"))
+    assert stopped and "".join(pieces) == "xxa"  # "bc" completes before "abcd" does
+    pieces, stopped = stream(b"aab", stop=("aab",))
+    assert stopped and "".join(pieces) == ""  # the failure link keeps "a" of "aa" as a prefix
+    pieces, stopped = stream(b"abcabd", stop=("abcabe", "cab"))
+    assert stopped and "".join(pieces) == "ab"
+
+
+def test_stop_matching_agrees_with_a_plain_search() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        stops = tuple("".join(rng.choice("ab") for _ in range(rng.randint(1, 4))) for _ in range(3))
+        text = "".join(rng.choice("abc") for _ in range(rng.randint(0, 30)))
+        ends = [e for e in range(1, len(text) + 1) if any(text[:e].endswith(s) for s in stops)]
+        pieces, stopped = stream(text.encode(), stop=stops)
+        if ends:
+            first = ends[0]
+            longest = max(len(s) for s in stops if text[:first].endswith(s))
+            assert stopped and "".join(pieces) == text[: first - longest], (stops, text)
+        else:
+            assert not stopped and "".join(pieces) == text, (stops, text)
+
+
+def test_the_cost_per_character_does_not_grow_with_the_number_of_stops() -> None:
+    import time
+
+    def cost(count: int) -> float:
+        assembler = TextAssembler(tuple(f"stop-{i:06d}" for i in range(count)))
+        started = time.perf_counter()
+        for _ in range(2000):
+            assembler.feed(b"s")
+            assembler.feed(b"x")
+        return time.perf_counter() - started
+
+    cost(10)  # warm
+    few, many = min(cost(4) for _ in range(3)), min(cost(20_000) for _ in range(3))
+    assert many < 5 * few, (few, many)
