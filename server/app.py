@@ -40,6 +40,8 @@ SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
 READINESS = "sluice.readiness"  # SERVING while new work can be taken; liveness is "" and SERVICE
 _INFER = f"/{SERVICE}/Infer"
 _GENERATE = f"/{SERVICE}/Generate"
+# The end of the grace period kept for final messages to reach slow readers (at most half the period).
+_DRAIN_FLUSH_S = 3.0
 
 
 class SluiceServer:
@@ -216,17 +218,22 @@ class SluiceServer:
         finish within the grace period, then stop the server. Health checks keep answering meanwhile."""
         grace = self.settings.grace_s
         log.warning("draining: grace %.1fs", grace)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         await self.health.enter_graceful_shutdown()
         self.interceptor.draining = True
-        # Streams still running shortly before the grace period ends get a clean final message.
+        # Streams still running before the grace period ends get a clean final message, early enough for it
+        # to reach a peer that reads slowly: it waits behind what the peer's window still holds back.
         for scheduler in self.servicer.schedulers.values():
-            scheduler.begin_drain(max(grace - 0.5, 0.0))
+            scheduler.begin_drain(grace - min(grace / 2, _DRAIN_FLUSH_S))
         gates_idle = asyncio.gather(*(gate.idle.wait() for gate in self.interceptor.gates))
         try:
             await asyncio.wait_for(gates_idle, grace)
         except TimeoutError:
             log.warning("grace period over with calls in flight; they are cancelled")
-        await self.server.stop(0.5)
+        # A slot is given back before the call's last write and its status: what is left of the grace period
+        # goes to delivering them.
+        await self.server.stop(max(grace - (loop.time() - started), 0.5))
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
