@@ -130,6 +130,10 @@ class SluiceServer:
                 )
         self.servicer.install(batchers, schedulers)
         self.interceptor.methods = _methods(infer_gates, generate_gates)
+        for method, gates in (("Infer", infer_gates), ("Generate", generate_gates)):
+            for name, gate in gates.items():
+                self.metrics.slots.labels(name, method).set(gate.slots)
+                self.metrics.queue_limit.labels(name, method).set(gate.max_waiting)
         self.interceptor.ready = True
         self.tasks.append(asyncio.create_task(self._track_readiness(), name="readiness"))
         # Everything alive now (torch, grpc, protobuf, the weights' Python objects) lives until exit: out of

@@ -26,6 +26,10 @@ class Metrics:
             [*mm, "reason"],
             registry=r,
         )
+        self.slots = Gauge("sluice_admission_slots", "Requests a model runs at once.", mm, registry=r)
+        self.queue_limit = Gauge(
+            "sluice_admission_queue_limit", "Requests that may wait for a model's slots.", mm, registry=r
+        )
         self.queued = Counter(
             "sluice_requests_queued_total",
             "Admitted requests that waited in the queue because every slot was held.",

@@ -1,6 +1,7 @@
 """A server plugin for tests: the `faulty` tensor model, the MLP with failures chosen by the input.
 
-Load it with `--plugins tests.support.faulty_models --models faulty`. An item whose x[0] is
+Load it with `--plugins tests.support.faulty_models --models faulty`. It also registers `wide`, the MLP four
+times as wide (a model that needs more memory per request than `mlp`). An item of `faulty` whose x[0] is
   -1    raises torch.OutOfMemoryError for any batch that holds it (a forced OOM),
   NaN   raises ValueError for any batch that holds it (a bad item discovered late, inside forward),
   -2    makes the pass sleep x[1] seconds first (a slow model, to fill the queue),
@@ -49,4 +50,11 @@ def _factory(settings: Settings, device: torch.device) -> FaultyModel:
     return FaultyModel(width=settings.mlp_width, max_batch_size=settings.max_batch_size, device=device)
 
 
+def _wide(settings: Settings, device: torch.device) -> TensorModel:
+    mlp = MlpModel(width=4 * settings.mlp_width, max_batch_size=settings.max_batch_size, device=device)
+    mlp.descriptor = dataclasses.replace(mlp.descriptor, name="wide", description="A wider MLP (tests only)")
+    return mlp
+
+
 register_model("faulty", _factory)
+register_model("wide", _wide)
