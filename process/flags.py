@@ -6,15 +6,38 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 
-def setting(default: Any, *, help: str, unit: str = "") -> Any:
-    """A settings field: its default, what it does, and the unit its value is counted in."""
-    return dataclasses.field(default=default, metadata={"help": help, "unit": unit})
+class FlagError(ValueError):
+    """A command line that does not parse; the message is one line that names the flag and the fix."""
+
+
+class FlagParser(argparse.ArgumentParser):
+    """An ArgumentParser that raises FlagError instead of printing usage and exiting, and suggests the
+    closest flag for a mistyped one (`--max-qeue` -> `--max-queue`)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            known = [option for option in self._option_string_actions if option.startswith("--")]
+            hints = []
+            for word in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1)
+                if word.startswith("-") and close:
+                    hints.append(f"{word} -> {close[0]}")
+            if hints:
+                message += f" (did you mean: {', '.join(hints)}?)"
+        raise FlagError(f"{message}; see {self.prog} --help")
+
+
+def setting(default: Any, *, help: str, unit: str = "", shown: str = "") -> Any:
+    """A settings field: its default, what it does, the unit its value is counted in, and how the default
+    reads in --help when it is not a value (None: "derived" unless `shown` says more)."""
+    return dataclasses.field(default=default, metadata={"help": help, "unit": unit, "shown": shown})
 
 
 def flag_name(field_name: str) -> str:
@@ -46,7 +69,7 @@ def help_text(field: dataclasses.Field[Any]) -> str:
     if isinstance(default, tuple):
         shown = ",".join(map(str, default)) or "none"
     elif default is None:
-        shown = "derived"
+        shown = str(field.metadata.get("shown", "")) or "derived"
     else:
         shown = str(default)
     # argparse formats help with %-style: a literal percent sign must be doubled.
@@ -85,13 +108,13 @@ def _parser_for(kind: type[Any], optional: bool, name: str) -> Callable[[str], A
         if kind is bool:
             lowered = text.strip().lower()
             if lowered not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                raise argparse.ArgumentTypeError(f"{flag_name(name)} takes true or false, not {text!r}")
+                raise argparse.ArgumentTypeError(f"takes true or false, not {text!r}")
             return lowered in ("true", "1", "yes", "on")
         try:
             return kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{flag_name(name)} takes {'an integer' if kind is int else 'a number'}, not {text!r}"
+                f"takes {'an integer' if kind is int else 'a number'}, not {text!r}"
             ) from None
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages

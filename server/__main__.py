@@ -1,10 +1,10 @@
-"""`python -m server [flags]`: command line -> Settings -> run the server until SIGTERM/SIGINT."""
+"""`python -m server [flags]`: the gRPC server alone (what `sluice serve` runs)."""
 
 from __future__ import annotations
 
 import sys
 
-from server.cli import main
+from server.serve import main
 
 if __name__ == "__main__":
-    sys.exit(main(["serve", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

@@ -14,10 +14,10 @@ import grpc
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from process.limits import raise_fd_limit
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
@@ -30,6 +30,7 @@ from server.capacity import plan_capacity
 from server.config import Settings
 from server.memory import make_probe
 from server.metrics import Metrics
+from server.reflection import enable_reflection
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.registry import build_models, resolve_device
 from server.servicer import InferenceServicer
@@ -37,6 +38,7 @@ from server.servicer import InferenceServicer
 log = logging.getLogger(__name__)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
+HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 READINESS = "sluice.readiness"  # SERVING while new work can be taken; liveness is "" and SERVICE
 _INFER = f"/{SERVICE}/Infer"
 _GENERATE = f"/{SERVICE}/Generate"
@@ -74,20 +76,26 @@ class SluiceServer:
         self.servicer = InferenceServicer()
         self.health = HealthServicer()
         limit = 2 * settings.max_message_bytes  # between 1x and 2x the servicer answers with ErrorInfo
+        # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft
+        # limit goes up to the hard one, and connections are capped below it.
+        fds = raise_fd_limit()
+        self.max_connections = fds.connection_cap(settings.max_connections)
+        log.info("%s; at most %d client connections", fds.describe(), self.max_connections)
         self.server = grpc.aio.server(
             interceptors=[self.interceptor],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_allowed_incoming_connections", self.max_connections),
+                # A socket that never starts HTTP/2 holds a descriptor and a connection place: close it.
+                ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
             ],
         )
         pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self.server,
-        )
+        if settings.reflection:
+            enable_reflection(self.server, [SERVICE, HEALTH])
         self.workers: list[ModelWorker] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.port = 0
@@ -95,17 +103,41 @@ class SluiceServer:
 
     async def start(self) -> None:
         """Listens at once (health NOT_SERVING), then loads and warms models, then reports SERVING."""
+        await self.listen()
+        await self.load()
+
+    async def listen(self) -> None:
+        """Binds the gRPC and metrics ports and starts serving health; raises ValueError naming the port
+        when it cannot be bound."""
         for name in ("", SERVICE, READINESS):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        address = f"{self.settings.host}:{self.settings.port}"
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc says "Failed to bind to address ..."
+            raise ValueError(
+                f"invalid setting port: cannot listen on {address} ({exc}); choose a free --port, or 0"
+            ) from exc
         await self.server.start()
         if self.settings.metrics_port >= 0:
-            self.metrics_port = self.metrics.serve(self.settings.host, self.settings.metrics_port)
+            try:
+                self.metrics_port = self.metrics.serve(
+                    self.settings.metrics_interface, self.settings.metrics_port
+                )
+            except OSError as exc:
+                await self.server.stop(0)
+                raise ValueError(
+                    f"invalid setting metrics_port: cannot listen on {self.settings.metrics_interface}:"
+                    f"{self.settings.metrics_port} ({exc.strerror}); choose a free --metrics-port, 0 or -1"
+                ) from exc
         print(
             f"sluice server listening on {self.settings.host}:{self.port} "
-            f"(metrics http://{self.settings.host}:{self.metrics_port}/metrics)",
+            f"(metrics http://{self.settings.metrics_interface}:{self.metrics_port}/metrics)",
             flush=True,
         )
+
+    async def load(self) -> None:
+        """Loads and warms the models, then admits calls and reports SERVING."""
         self.tasks.append(asyncio.create_task(self.breaker.run(), name="memory-breaker"))
         self.tasks.append(asyncio.create_task(self.interceptor.watchdog.run(), name="write-watchdog"))
         models = await asyncio.to_thread(build_models, self.settings, self.device)

@@ -1,55 +1,77 @@
-"""The frozen Settings object: every flag is parsed and validated here, once, at start-up."""
+"""The frozen Settings object: every flag of `sluice serve` is generated from a field here (its type, default,
+unit and help), parsed and validated once, at start-up."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from process.flags import FlagParser, add_flags, setting, values_from
 
 DEFAULT_MODELS = ("mlp", "byte-lm")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Server configuration; None for a capacity setting means "derive it from measurement"."""
 
-    host: str = "127.0.0.1"
-    port: int = 50051
-    metrics_port: int = 0
-    models: tuple[str, ...] = DEFAULT_MODELS
-    plugins: tuple[str, ...] = ()
-    hf_models: tuple[str, ...] = ()  # NAME=DIRECTORY of a Hugging Face causal LM (the `hf` extra)
-    device: str = "auto"
-    torch_threads: int = 0
-    lm_size: str = "tiny"
-    mlp_width: int = 2048
-    warmup_steps: int = 2
+    host: str = setting("127.0.0.1", help="interface the gRPC port binds")
+    port: int = setting(50051, help="gRPC port; 0 picks a free one")
+    metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
+    metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
+    models: tuple[str, ...] = setting(DEFAULT_MODELS, help="models to serve, comma-separated")
+    plugins: tuple[str, ...] = setting(
+        (), help="modules to import first, by name or .py path; they call register_model()"
+    )
+    hf_models: tuple[str, ...] = setting(
+        (), help="Hugging Face causal LMs to serve as NAME=DIR (a save_pretrained directory)"
+    )
+    device: str = setting("auto", help="auto, cpu, cuda or cuda:N")
+    torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
+    lm_size: str = setting("tiny", help="size of the embedded byte LM: tiny, small or bench")
+    mlp_width: int = setting(2048, help="hidden width of the embedded MLP", unit="units")
+    warmup_steps: int = setting(2, help="warm-up passes per model before serving", unit="passes")
+    reflection: bool = setting(True, help="serve gRPC reflection (v1 and v1alpha)")
     # Admission.
-    max_concurrency: int | None = None
-    max_queue: int = 64
-    memory_probe: str = "auto"
-    memory_budget_mb: int = 0
-    high_watermark: float = 0.92
-    low_watermark: float = 0.85
-    probe_interval_s: float = 0.05
-    capacity_margin: float = 0.2
+    max_concurrency: int | None = setting(
+        None, help="Infer slots per model", unit="requests", shown="what measured memory allows"
+    )
+    max_queue: int = setting(64, help="callers that may wait for a model's slots", unit="requests")
+    max_connections: int | None = setting(
+        None, help="client connections held at once", shown="the descriptor limit less a reserve"
+    )
+    handshake_timeout_s: float = setting(
+        10.0, help="a connection that has not started HTTP/2 by then is closed", unit="seconds"
+    )
+    memory_probe: str = setting("auto", help="auto, host, cuda or fake:PATH (tests)")
+    memory_budget_mb: int = setting(0, help="memory the breaker and capacity plan count; 0 = all", unit="MiB")
+    high_watermark: float = setting(0.92, help="the memory breaker opens at this used fraction")
+    low_watermark: float = setting(0.85, help="the memory breaker closes at this used fraction")
+    probe_interval_s: float = setting(0.05, help="memory sampling period", unit="seconds")
+    capacity_margin: float = setting(0.2, help="fraction of the measured capacity kept in reserve")
     # Dynamic batching (Infer).
-    max_batch_size: int = 32
+    max_batch_size: int = setting(32, help="items per forward pass", unit="items")
     # 0, as Triton's max_queue_delay: an idle model takes what is queued at once; under load the next batch
     # fills while the previous one computes, so a delay only made a lone caller wait (158 vs 238+ calls/s).
-    max_delay_ms: float = 0.0
+    max_delay_ms: float = setting(0.0, help="how long a partial batch may wait for company", unit="ms")
     # Continuous batching (Generate).
-    max_sequences: int = 32
-    context_length: int = 1024
-    default_max_tokens: int = 128
-    max_stop_sequences: int = 4
-    max_stop_chars: int = 128
-    stream_buffer: int = 32
-    stall_timeout_s: float = 10.0
+    max_sequences: int = setting(32, help="KV-cache slots per generative model", unit="sequences")
+    context_length: int = setting(1024, help="tokens per KV-cache slot", unit="tokens")
+    default_max_tokens: int = setting(128, help="max_tokens of a request that sets none", unit="tokens")
+    max_stop_sequences: int = setting(4, help="stop sequences a request may give", unit="sequences")
+    max_stop_chars: int = setting(128, help="length of one stop sequence", unit="characters")
+    stream_buffer: int = setting(32, help="chunks buffered for a stream before it pauses", unit="chunks")
+    stall_timeout_s: float = setting(
+        10.0, help="a stream paused, or unable to write, this long is ended", unit="seconds"
+    )
     # Transport and lifecycle.
-    max_message_bytes: int = 4 * 1024 * 1024
-    grace_s: float = 10.0
-    switch_interval_ms: float = 0.1  # the GIL switch interval (CPython's default is 5 ms)
+    max_message_bytes: int = setting(4 * 1024 * 1024, help="largest request message", unit="bytes")
+    grace_s: float = setting(10.0, help="time in-flight calls get to finish on SIGTERM", unit="seconds")
+    switch_interval_ms: float = setting(
+        0.1, help="the GIL switch interval (CPython's default is 5 ms)", unit="ms"
+    )
+    log_level: str = setting("INFO", help="DEBUG, INFO, WARNING or ERROR")
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
@@ -64,6 +86,8 @@ class Settings:
         _check(self.lm_size in ("tiny", "small", "bench"), "lm_size", "must be tiny, small or bench")
         _check(self.max_concurrency is None or self.max_concurrency > 0, "max_concurrency", "must be > 0")
         _check(self.max_queue >= 0, "max_queue", "must be >= 0")
+        _check(self.max_connections is None or self.max_connections > 0, "max_connections", "must be > 0")
+        _check(self.handshake_timeout_s > 0, "handshake_timeout_s", "must be > 0")
         _check(
             0.0 < self.low_watermark < self.high_watermark <= 1.0,
             "low_watermark",
@@ -94,38 +118,32 @@ class Settings:
         _check(self.grace_s >= 0, "grace_s", "must be >= 0")
         _check(self.switch_interval_ms > 0, "switch_interval_ms", "must be > 0")
         _check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        _check(
+            self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR"),
+            "log_level",
+            "DEBUG, INFO, WARNING or ERROR",
+        )
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
+
+    @property
+    def metrics_interface(self) -> str:
+        return self.metrics_host or self.host
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
         """Parses command-line flags (`--max-queue 8`, ...); raises ValueError naming a bad setting."""
-        parser = argparse.ArgumentParser(prog="sluice serve", description="Run the Sluice gRPC server.")
-        add_arguments(parser)
-        return from_namespace(parser.parse_args(argv))
+        return from_namespace(parser().parse_args(argv))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds one flag per Settings field, typed from the field's default."""
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default
-        if f.name == "models":
-            parser.add_argument(flag, default=",".join(DEFAULT_MODELS), help="comma-separated model names")
-        elif f.name == "plugins":
-            parser.add_argument(flag, default="", help="comma-separated modules that call register_model()")
-        elif f.name == "hf_models":
-            parser.add_argument(flag, default="", help="comma-separated NAME=DIR of Hugging Face causal LMs")
-        elif f.name == "max_concurrency":
-            parser.add_argument(flag, type=int, default=None, help="slots (default: derived from memory)")
-        else:
-            parser.add_argument(flag, type=type(default), default=default)
+def parser(prog: str = "sluice serve", *, skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The argument parser of `sluice serve`: one flag per Settings field (less `skip`)."""
+    out = FlagParser(prog=prog, description="Run the Sluice gRPC server.")
+    add_flags(out, Settings, skip=skip)
+    return out
 
 
 def from_namespace(ns: argparse.Namespace) -> Settings:
-    values = {f.name: getattr(ns, f.name) for f in fields(Settings)}
-    for name in ("models", "plugins", "hf_models"):
-        values[name] = tuple(m.strip() for m in str(values[name]).split(",") if m.strip())
-    return Settings(**values)
+    return Settings(**values_from(ns, Settings))
 
 
 def _check(ok: bool, name: str, message: str) -> None:

@@ -1,13 +1,17 @@
 """The model registry: factories by name, so `--models` picks what to load and plugins add their own.
 
-A plugin module (loaded with `--plugins my_pkg.models`) calls `register_model("name", factory)`, where the
-factory takes (Settings, torch.device) and returns a TensorModel or GenerativeModel.
+A plugin module (loaded with `--plugins my_pkg.models`, a module on the working directory, or a .py path)
+calls `register_model("name", factory)`, where the factory takes (Settings, torch.device) and returns a
+TensorModel or GenerativeModel. check_models() finds every mistake in these settings before the server binds.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -42,18 +46,60 @@ def resolve_device(setting: str) -> torch.device:
     return device
 
 
-def build_models(settings: Settings, device: torch.device) -> list[Model]:
-    """Imports plugins, then builds every model named in settings.models (call on the model's thread)."""
-    for module in settings.plugins:
-        importlib.import_module(module)
+def load_plugins(plugins: Sequence[str]) -> None:
+    """Imports each plugin: a module name, found on the working directory too (as `uvicorn --app-dir .`),
+    or the path of a .py file."""
+    for plugin in plugins:
+        try:
+            if plugin.endswith(".py") or os.sep in plugin:
+                _import_file(Path(plugin))
+            else:
+                if os.getcwd() not in sys.path:
+                    sys.path.insert(0, os.getcwd())
+                importlib.import_module(plugin)
+        except Exception as exc:  # whatever the plugin raised, the setting is what the user must fix
+            raise ValueError(
+                f"invalid setting plugins: importing {plugin!r} failed ({type(exc).__name__}: {exc}); give a "
+                "module importable from the working directory or the path of a .py file"
+            ) from exc
+
+
+def _import_file(path: Path) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {path}")
+    spec = importlib.util.spec_from_file_location(path.stem, path.resolve())
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+
+
+def check_models(settings: Settings) -> None:
+    """Imports the plugins and checks every model setting; raises ValueError naming the setting and the fix.
+    Runs before the server binds its port, so a mistake never leaves a half-started server."""
+    load_plugins(settings.plugins)
     unknown = [name for name in settings.models if name not in _FACTORIES]
     if unknown:
-        raise ValueError(f"invalid setting models: unknown {unknown}; known: {sorted(_FACTORIES)}")
+        raise ValueError(
+            f"invalid setting models: unknown {', '.join(unknown)}; known: {', '.join(sorted(_FACTORIES))} "
+            "(a plugin given with --plugins can register more)"
+        )
+    for spec in settings.hf_models:
+        name, _, directory = spec.partition("=")
+        config = Path(directory) / "config.json"
+        if not name or not os.access(config, os.R_OK):
+            raise ValueError(
+                f"invalid setting hf_models: {spec!r} needs NAME=DIR, DIR a readable directory saved with "
+                "save_pretrained (it holds config.json)"
+            )
+
+
+def build_models(settings: Settings, device: torch.device) -> list[Model]:
+    """Builds every model named in settings (after check_models; call on the model's thread)."""
     models = [_FACTORIES[name](settings, device) for name in settings.models]
     for spec in settings.hf_models:
         name, _, directory = spec.partition("=")
-        if not Path(directory).is_dir():
-            raise ValueError(f"invalid setting hf_models: {directory!r} is not a directory")
         from server.runtimes.hf_causal import HfCausalLm
 
         models.append(

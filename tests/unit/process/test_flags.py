@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from process.flags import add_flags, setting, values_from
+from process.flags import FlagError, FlagParser, add_flags, setting, values_from
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,8 +47,20 @@ def test_help_names_the_unit_and_the_default() -> None:
 
 
 def test_a_mistyped_value_names_the_flag() -> None:
-    with pytest.raises(argparse.ArgumentError, match="--port takes an integer, not 'eighty'"):
+    with pytest.raises(argparse.ArgumentError, match="argument --port: takes an integer, not 'eighty'"):
         parse(["--port", "eighty"])
+
+
+def test_the_flag_parser_raises_one_line_with_a_suggestion() -> None:
+    parser = FlagParser(prog="example")
+    add_flags(parser, Example)
+    with pytest.raises(FlagError) as info:
+        parser.parse_args(["--timout-s", "3"])
+    assert str(info.value) == (
+        "unrecognized arguments: --timout-s 3 (did you mean: --timout-s -> --timeout-s?); see example --help"
+    )
+    with pytest.raises(FlagError, match="argument --port: takes an integer, not 'x'; see example --help"):
+        parser.parse_args(["--port", "x"])
 
 
 def test_skipped_fields_get_no_flag() -> None:
