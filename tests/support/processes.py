@@ -53,12 +53,19 @@ class ServerProcess(Process):
         return total(self.metrics(), name, **labels)
 
 
-def start_server(*flags: str, wait_ready: bool = True, env: dict[str, str] | None = None) -> ServerProcess:
+def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = None) -> ServerProcess:
+    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE."""
+    entry = ["-m", "server"]
+    if fd_limit is not None:
+        entry = [
+            "-c",
+            f"import resource, runpy; resource.setrlimit(resource.RLIMIT_NOFILE, ({fd_limit}, {fd_limit})); "
+            "runpy.run_module('server', run_name='__main__', alter_sys=True)",
+        ]
     server = spawn(
         ServerProcess,
         "server",
-        ["-m", "server", "--port", "0", "--metrics-port", "0", "--log-level", "WARNING", *flags],
-        env=env,
+        [*entry, "--port", "0", "--metrics-port", "0", "--log-level", "WARNING", *flags],
     )
     m = server.wait_for_line(r"listening on [^:]+:(\d+) \(metrics http://[^:]+:(\d+)/metrics\)")
     server.port, server.metrics_port = int(m.group(1)), int(m.group(2))
