@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf import descriptor_pool
 from prometheus_client import Counter, Gauge, Histogram
 
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
-from server.admission.reader import GuardedMethod, Refused, admission_reader
+from server.admission.reader import GuardedMethod, Refused, admission_reader, parsing_reader
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
@@ -97,15 +98,17 @@ class AdmissionInterceptor(_ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
-        method = self.methods.get(handler_call_details.method)
-        if method is None or handler is None:
+        if handler is None or handler.request_streaming:
             return handler
+        path = handler_call_details.method
+        method = self.methods.get(path)
         # Built once per method (and per install of the models): the wrapper holds no per-call state.
-        key = (handler_call_details.method, id(method), id(handler))
-        guarded = self._guarded_handlers.get(key)
-        if guarded is None:
-            guarded = self._guarded_handlers[key] = self._guarded(handler, method)
-        return guarded
+        key = (path, id(method), id(handler))
+        wrapped = self._guarded_handlers.get(key)
+        if wrapped is None:
+            wrapped = self._guarded(handler, method) if method is not None else _parsing(handler, path)
+            self._guarded_handlers[key] = wrapped
+        return wrapped
 
     @property
     def gates(self) -> list[AdmissionGate]:
@@ -223,3 +226,38 @@ class AdmissionInterceptor(_ServerInterceptor):
             )
             self._children[key] = found
         return found
+
+
+def _parsing(handler: grpc.RpcMethodHandler[Any, Any], path: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """An unguarded method (ListModels, GetModel, health) whose bytes do not parse answers INVALID_ARGUMENT
+    naming the field, as the guarded ones do, instead of grpc's UNKNOWN."""
+    try:
+        descriptor = descriptor_pool.Default().FindMethodByName(path.lstrip("/").replace("/", ".")).input_type
+    except KeyError:
+        descriptor = None
+    read = parsing_reader(handler.request_deserializer, descriptor)
+
+    if handler.unary_stream is not None:
+        stream_behaviour: Any = handler.unary_stream
+
+        async def parsed_stream(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            if isinstance(request, Refused):
+                await abort(context, request.error)
+            async for message in stream_behaviour(request, context):
+                yield message
+
+        return grpc.unary_stream_rpc_method_handler(
+            parsed_stream, request_deserializer=read, response_serializer=handler.response_serializer
+        )
+    unary_behaviour: Any = handler.unary_unary
+
+    async def parsed_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, Refused):
+            await abort(context, request.error)
+        return await unary_behaviour(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        parsed_unary, request_deserializer=read, response_serializer=handler.response_serializer
+    )

@@ -70,12 +70,25 @@ def admission_reader(
             if refusal is not None:
                 served = model in method.gates or model in method.elsewhere
                 return Refused(refusal, model if served else "")
+        return parse(data)
+
+    parse = parsing_reader(deserialize, descriptor)
+    return read
+
+
+def parsing_reader(
+    deserialize: Callable[[bytes], Any] | None, descriptor: Descriptor | None
+) -> Callable[[bytes], Any]:
+    """A deserializer that hands the behaviour a Refused(INVALID_ARGUMENT) instead of raising on bytes that
+    do not parse (grpc would answer UNKNOWN); for every method, guarded or not."""
+
+    def parse(data: bytes) -> Any:
         try:
             return deserialize(data) if deserialize else data
         except DecodeError as exc:
-            path = find_invalid_utf8(descriptor, data)
+            path = find_invalid_utf8(descriptor, data) if descriptor is not None else None
             if path is not None:
                 return Refused(InvalidArgument(f"{path} is not valid UTF-8", field=path), "")
             return Refused(InvalidArgument(f"the request could not be parsed: {exc}", field="request"), "")
 
-    return read
+    return parse
