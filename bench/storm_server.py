@@ -3,10 +3,8 @@ on them (never a fixed sleep)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from bench.stack import SluiceServer
+from launcher.services import wait_until
 
 MODEL = "byte-lm"
 
@@ -32,15 +30,6 @@ def storm_server_flags(*, max_sequences: int, context_length: int, stall_timeout
 
 def counter(server: SluiceServer, name: str) -> float:
     return server.metric(name, model=MODEL)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    """Polls a condition until it holds; raises TimeoutError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def wait_idle(server: SluiceServer, timeout: float = 60.0) -> dict[str, float]:

@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from types import FrameType
 
 from launcher.children import Child, ChildFailed
+from launcher.services import START_TIMEOUT_S, ServerChild, ShimChild
 from process.flags import FlagError, FlagParser, add_flags
 from server.config import Settings
 from server.serve import settings_from
 
 PROG = "sluice up"
-START_TIMEOUT_S = 120.0
-LOAD_TIMEOUT_S = 900.0  # loading and warming large models takes minutes
 STOP_GRACE_S = 60.0  # above the server's default --grace-s, so a drain is never cut short
 
 
@@ -77,21 +76,18 @@ def _supervise(settings: Settings, http_port: int, server_flags: Sequence[str]) 
     children: list[Child] = []
     stopped = False
     try:
-        server = Child(
-            "server",
-            [sys.executable, "-m", "server", "--port", str(settings.port), *server_flags],
-            relay=_relay,
-            die_with_parent=True,
+        server = ServerChild(
+            ["--port", str(settings.port), *server_flags], relay=_relay, die_with_parent=True
         )
         children.append(server)
-        grpc_port = int(server.wait_for(r"listening on \S+:(\d+) ", START_TIMEOUT_S).group(1))
-        server.wait_for(r"sluice server ready", LOAD_TIMEOUT_S)
-        upstream = f"{settings.host}:{grpc_port}"
-        shim_args = ["--upstream", upstream, "--host", settings.host, "--port", str(http_port)]
-        shim = Child("shim", [sys.executable, "-m", "shim", *shim_args], relay=_relay, die_with_parent=True)
+        server.wait_listening(START_TIMEOUT_S)
+        server.wait_ready()
+        upstream = f"{settings.host}:{server.port}"
+        shim_flags = ["--upstream", upstream, "--host", settings.host, "--port", str(http_port)]
+        shim = ShimChild(shim_flags, relay=_relay, die_with_parent=True)
         children.append(shim)
-        url = shim.wait_for(r"listening on (http://\S+)", START_TIMEOUT_S).group(1)
-        print(f"sluice up: gRPC on {upstream}, HTTP on {url}; Ctrl-C stops both", flush=True)
+        shim.wait_listening(START_TIMEOUT_S)
+        print(f"sluice up: gRPC on {upstream}, HTTP on {shim.url}; Ctrl-C stops both", flush=True)
         # Until either child exits (not reaped here: Popen collects its status) or a signal raises _Stopped.
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
         print(f"{PROG}: a child exited on its own; stopping the other", file=sys.stderr, flush=True)

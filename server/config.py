@@ -63,7 +63,9 @@ class Settings:
     max_stop_chars: int = setting(128, help="length of one stop sequence", unit="characters")
     stream_buffer: int = setting(32, help="chunks buffered for a stream before it pauses", unit="chunks")
     stall_timeout_s: float = setting(
-        10.0, help="a stream paused, or unable to write, this long is ended", unit="seconds"
+        10.0,
+        help="a stream paused this long is ended (one unable to write, after twice this)",
+        unit="seconds",
     )
     # Transport and lifecycle.
     max_message_bytes: int = setting(4 * 1024 * 1024, help="largest request message", unit="bytes")

@@ -10,6 +10,7 @@ stops accepting data.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -86,8 +87,11 @@ class AdmissionInterceptor(_ServerInterceptor):
         self.max_message_bytes = max_message_bytes
         self.draining = False
         self.ready = False
+        # Twice the stall timeout: a stalled consumer is first ended by its scheduler, with a final message
+        # that is delivered if the peer reads again; the watchdog is the backstop for a stream that cannot
+        # even take that message because its last write never completed.
         self.watchdog = WriteWatchdog(
-            timeout_s=stall_timeout_s, on_stall=lambda model: metrics.write_stalled.labels(model).inc()
+            timeout_s=2 * stall_timeout_s, on_stall=lambda model: metrics.write_stalled.labels(model).inc()
         )
         self._children: dict[tuple[str, str], _Instruments] = {}
         self._guarded_handlers: dict[tuple[str, int, int], grpc.RpcMethodHandler[Any, Any]] = {}
@@ -237,7 +241,7 @@ def _parsing(handler: grpc.RpcMethodHandler[Any, Any], path: str) -> grpc.RpcMet
         descriptor = None
     read = parsing_reader(handler.request_deserializer, descriptor)
 
-    if handler.unary_stream is not None:
+    if handler.unary_stream is not None and not inspect.iscoroutinefunction(handler.unary_stream):
         stream_behaviour: Any = handler.unary_stream
 
         async def parsed_stream(
@@ -251,13 +255,15 @@ def _parsing(handler: grpc.RpcMethodHandler[Any, Any], path: str) -> grpc.RpcMet
         return grpc.unary_stream_rpc_method_handler(
             parsed_stream, request_deserializer=read, response_serializer=handler.response_serializer
         )
-    unary_behaviour: Any = handler.unary_unary
+    # A unary answer, or a stream written through context.write (health's Watch): one coroutine either way.
+    behaviour: Any = handler.unary_unary or handler.unary_stream
 
-    async def parsed_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def parsed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if isinstance(request, Refused):
             await abort(context, request.error)
-        return await unary_behaviour(request, context)
+        return await behaviour(request, context)
 
-    return grpc.unary_unary_rpc_method_handler(
-        parsed_unary, request_deserializer=read, response_serializer=handler.response_serializer
+    make = (
+        grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
     )
+    return make(parsed, request_deserializer=read, response_serializer=handler.response_serializer)

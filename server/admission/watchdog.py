@@ -1,5 +1,5 @@
-"""WriteWatchdog: ends streaming calls whose peer accepts no data (it grants no HTTP/2 window) for the stall
-timeout, and gives back their admission slot at once.
+"""WriteWatchdog: ends streaming calls whose peer accepts no data (it grants no HTTP/2 window) for its
+timeout (twice the stall timeout), and gives back their admission slot at once.
 
 Such a call is stuck inside grpc's write of one message, where no code of ours runs, so the scheduler's own
 stall handling (which frees the KV slot) cannot reach it: without this, the peer keeps the gate slot until it

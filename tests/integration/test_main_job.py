@@ -24,8 +24,8 @@ def start_up(*flags: str, ignore_sigint: bool = False) -> Process:
         # As a shell does for `cmd &` in a script: the job starts with SIGINT ignored (inherited over exec).
         ignore = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
         args = ["-c", ignore + SLUICE_UP[1], "up"]
-        return spawn(Process, "up", [*args, *flags])
-    return spawn(Process, "up", [*SLUICE_UP, *flags])
+        return spawn("up", [*args, *flags])
+    return spawn("up", [*SLUICE_UP, *flags])
 
 
 def child_pids(parent: int) -> list[int]:

@@ -1,25 +1,40 @@
-"""The real server and shim as test subprocesses on port 0, waited for by what they print (launcher.children
-does the supervision; these add the tests' conventions: stderr to a file, lines seen earlier count)."""
+"""The real server and shim as test subprocesses on port 0 (launcher.services), with the tests'
+conventions: stderr to a file, lines printed earlier count for a wait, metrics scraped on demand, and every
+child dies with the test run however that ends."""
 
 from __future__ import annotations
 
 import re
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from bench.prometheus import Samples, scrape, total
 from launcher.children import Child
+from launcher.services import START_TIMEOUT_S, ServerChild, ShimChild, repository_root, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 120.0
+ROOT = repository_root()
+
+__all__ = [
+    "ROOT",
+    "Process",
+    "ServerProcess",
+    "ShimProcess",
+    "spawn",
+    "start_server",
+    "start_shim",
+    "wait_until",
+]
+
+
+def _options(name: str) -> dict[str, Any]:
+    stderr = Path(tempfile.mkstemp(prefix=f"sluice-{name}-", suffix=".log")[1])
+    return {"cwd": ROOT, "stderr_path": stderr, "die_with_parent": True}
 
 
 class Process(Child):
-    """A child whose stderr goes to a file and whose banner waits also see lines printed earlier."""
+    """A child a test started; waits see the lines printed before them too."""
 
     def wait_for_line(self, pattern: str, timeout: float = START_TIMEOUT_S) -> re.Match[str]:
         return self.wait_for(pattern, timeout, rescan=True)
@@ -28,23 +43,12 @@ class Process(Child):
         return self.stop(timeout)
 
 
-P = TypeVar("P", bound=Process)
+def spawn(name: str, args: list[str]) -> Process:
+    """`python ARGS` from the repository root."""
+    return Process(name, [sys.executable, *args], **_options(name))
 
 
-def spawn(cls: type[P], name: str, args: Sequence[str], env: dict[str, str] | None = None) -> P:
-    """`python args...` from the repository root; it dies with the test run, however that ends."""
-    stderr = Path(tempfile.mkstemp(prefix=f"sluice-{name}-", suffix=".log")[1])
-    return cls(name, [sys.executable, *args], cwd=ROOT, env=env, stderr_path=stderr, die_with_parent=True)
-
-
-class ServerProcess(Process):
-    port = 0
-    metrics_port = 0
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
+class ServerProcess(ServerChild, Process):
     def metrics(self) -> Samples:
         return scrape(self.metrics_port)
 
@@ -62,40 +66,21 @@ def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = No
             f"import resource, runpy; resource.setrlimit(resource.RLIMIT_NOFILE, ({fd_limit}, {fd_limit})); "
             "runpy.run_module('server', run_name='__main__', alter_sys=True)",
         ]
-    server = spawn(
-        ServerProcess,
-        "server",
-        [*entry, "--port", "0", "--metrics-port", "0", "--log-level", "WARNING", *flags],
-    )
-    m = server.wait_for_line(r"listening on [^:]+:(\d+) \(metrics http://[^:]+:(\d+)/metrics\)")
-    server.port, server.metrics_port = int(m.group(1)), int(m.group(2))
+    base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
+    server = ServerProcess([*base, *flags], entry=entry, **_options("server"))
+    server.wait_listening(START_TIMEOUT_S, rescan=True)
     if wait_ready:
-        server.wait_for_line(r"sluice server ready")
+        server.wait_ready(START_TIMEOUT_S, rescan=True)
     return server
 
 
-class ShimProcess(Process):
-    port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class ShimProcess(ShimChild, Process):
+    pass
 
 
 def start_shim(upstream: str, *flags: str) -> ShimProcess:
-    shim = spawn(
-        ShimProcess,
-        "shim",
-        ["-m", "shim", "--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags],
+    shim = ShimProcess(
+        ["--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags], **_options("shim")
     )
-    shim.port = int(shim.wait_for_line(r"listening on http://[^:]+:(\d+)").group(1))
+    shim.wait_listening(START_TIMEOUT_S, rescan=True)
     return shim
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    """Polls a condition (never a fixed sleep) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
