@@ -101,7 +101,7 @@ def _kind(annotation: Any) -> tuple[type[Any], bool]:
 
 def _parser_for(kind: type[Any], optional: bool, name: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
-        if optional and text.strip().lower() in ("", "none", "auto"):
+        if optional and text.strip().lower() in ("none", "auto"):
             return None
         if kind is tuple:
             return tuple(part.strip() for part in text.split(",") if part.strip())

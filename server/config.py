@@ -20,12 +20,16 @@ class Settings:
     port: int = setting(50051, help="gRPC port; 0 picks a free one")
     metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
     metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
-    models: tuple[str, ...] = setting(DEFAULT_MODELS, help="models to serve, comma-separated")
+    models: tuple[str, ...] | None = setting(
+        None,
+        help="models to serve, comma-separated: embedded, registered by a plugin, or named in --hf-models",
+        shown="mlp,byte-lm, or just the --hf-models when given",
+    )
     plugins: tuple[str, ...] = setting(
         (), help="modules to import first, by name or .py path; they call register_model()"
     )
     hf_models: tuple[str, ...] = setting(
-        (), help="Hugging Face causal LMs to serve as NAME=DIR (a save_pretrained directory)"
+        (), help="Hugging Face causal LMs as NAME=DIR (a save_pretrained directory), served by that NAME"
     )
     device: str = setting("auto", help="auto, cpu, cuda or cuda:N")
     torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
@@ -78,8 +82,12 @@ class Settings:
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
-        _check(bool(self.models) or bool(self.hf_models), "models", "name at least one model")
-        _check(all("=" in spec for spec in self.hf_models), "hf_models", "each entry is NAME=DIRECTORY")
+        _check(self.models != (), "models", "name at least one model (or leave --models out)")
+        _check(
+            all(name and directory for name, _, directory in (s.partition("=") for s in self.hf_models)),
+            "hf_models",
+            "each entry is NAME=DIRECTORY",
+        )
         _check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             "device",
@@ -126,6 +134,18 @@ class Settings:
             "DEBUG, INFO, WARNING or ERROR",
         )
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
+
+    @property
+    def hf_directories(self) -> dict[str, str]:
+        """--hf-models as NAME -> DIR."""
+        return {name: directory for name, _, directory in (s.partition("=") for s in self.hf_models)}
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """What is served: --models, else the --hf-models when given, else the embedded models."""
+        if self.models is not None:
+            return self.models
+        return tuple(self.hf_directories) or DEFAULT_MODELS
 
     @property
     def metrics_interface(self) -> str:

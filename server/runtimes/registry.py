@@ -79,36 +79,41 @@ def check_models(settings: Settings) -> None:
     """Imports the plugins and checks every model setting; raises ValueError naming the setting and the fix.
     Runs before the server binds its port, so a mistake never leaves a half-started server."""
     load_plugins(settings.plugins)
-    unknown = [name for name in settings.models if name not in _FACTORIES]
+    hf = settings.hf_directories
+    known = sorted({*_FACTORIES, *hf})
+    unknown = [name for name in settings.served_models if name not in known]
     if unknown:
         raise ValueError(
-            f"invalid setting models: unknown {', '.join(unknown)}; known: {', '.join(sorted(_FACTORIES))} "
-            "(a plugin given with --plugins can register more)"
+            f"invalid setting models: unknown {', '.join(unknown)}; known: {', '.join(known)} "
+            "(a plugin given with --plugins, or --hf-models NAME=DIR, can add more)"
         )
-    for spec in settings.hf_models:
-        name, _, directory = spec.partition("=")
-        config = Path(directory) / "config.json"
-        if not name or not os.access(config, os.R_OK):
+    for name, directory in hf.items():
+        if not os.access(Path(directory) / "config.json", os.R_OK):
             raise ValueError(
-                f"invalid setting hf_models: {spec!r} needs NAME=DIR, DIR a readable directory saved with "
+                f"invalid setting hf_models: {name}={directory} needs a readable directory saved with "
                 "save_pretrained (it holds config.json)"
             )
 
 
 def build_models(settings: Settings, device: torch.device) -> list[Model]:
-    """Builds every model named in settings (after check_models; call on the model's thread)."""
-    models = [_FACTORIES[name](settings, device) for name in settings.models]
-    for spec in settings.hf_models:
-        name, _, directory = spec.partition("=")
-        from server.runtimes.hf_causal import HfCausalLm
+    """Builds every served model, in --models order (after check_models; call on the model's thread). A name
+    given in --hf-models is that Hugging Face model, even where an embedded model has the same name."""
+    hf = settings.hf_directories
+    return [
+        _hf_model(settings, name, Path(hf[name]), device)
+        if name in hf
+        else _FACTORIES[name](settings, device)
+        for name in settings.served_models
+    ]
 
-        models.append(
-            HfCausalLm(
-                Path(directory),
-                name=name,
-                context_length=settings.context_length,
-                max_sequences=settings.max_sequences,
-                device=device,
-            )
-        )
-    return models
+
+def _hf_model(settings: Settings, name: str, directory: Path, device: torch.device) -> Model:
+    from server.runtimes.hf_causal import HfCausalLm  # transformers loads only when a model needs it
+
+    return HfCausalLm(
+        directory,
+        name=name,
+        context_length=settings.context_length,
+        max_sequences=settings.max_sequences,
+        device=device,
+    )

@@ -40,7 +40,7 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def hf_server(gpt2_dir: Path) -> Iterator[ServerProcess]:
     server = start_server(
-        "--models", "byte-lm", "--hf-models", f"tiny-gpt2={gpt2_dir}", "--context-length", "512"
+        "--models", "byte-lm,tiny-gpt2", "--hf-models", f"tiny-gpt2={gpt2_dir}", "--context-length", "512"
     )
     yield server
     assert server.terminate() == 0

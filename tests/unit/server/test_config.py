@@ -35,3 +35,25 @@ def test_flags_parse_into_settings() -> None:
 def test_nonsense_names_the_setting(flags: list[str], name: str) -> None:
     with pytest.raises(ValueError, match=f"invalid setting {name}"):
         Settings.from_args(flags)
+
+
+def test_models_name_what_is_served_hf_names_included() -> None:
+    assert Settings().served_models == ("mlp", "byte-lm")
+    hf_only = Settings.from_args(["--hf-models", "gen=/models/gen"])
+    assert hf_only.served_models == ("gen",) and hf_only.hf_directories == {"gen": "/models/gen"}
+    both = Settings.from_args(["--hf-models", "gen=/models/gen", "--models", "mlp,gen"])
+    assert both.served_models == ("mlp", "gen")
+
+
+def test_an_empty_model_list_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid setting models: name at least one model"):
+        Settings.from_args(["--models", ""])
+
+
+def test_help_gives_every_flag_its_unit_and_default() -> None:
+    from server.config import parser
+
+    text = " ".join(parser().format_help().split())
+    assert "--stall-timeout-s X a stream paused this long is ended" in text
+    assert "(seconds; default: 10.0)" in text
+    assert "--max-concurrency N Infer slots per model (requests; default: what measured memory" in text
