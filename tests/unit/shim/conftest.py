@@ -1,5 +1,6 @@
 """Fixtures for the shim's unit tests: a deterministic in-process InferenceService on port 0, and the
-shim itself served by a real uvicorn on port 0 (SSE and disconnects need a real HTTP server)."""
+shim itself served by a real uvicorn on port 0 with the shim's own socket, configuration and connection
+protocol (SSE, disconnects and connection timers need a real HTTP server)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sluice.inference.v1 import inference_pb2_grpc
 
 from shim.app import create_app
 from shim.config import ShimSettings
+from shim.serving import bind_socket, server_config
 
 
 @pytest.fixture
@@ -62,6 +64,7 @@ class _ReadyServer(uvicorn.Server):
 @dataclass
 class RunningShim:
     base_url: str
+    port: int
     app: Any
     client: httpx.AsyncClient
 
@@ -77,17 +80,17 @@ async def start_shim(upstream: Upstream) -> AsyncIterator[ShimFactory]:
     async def start(**overrides: Any) -> RunningShim:
         settings = ShimSettings(upstream=overrides.pop("upstream", upstream.target), port=0, **overrides)
         app = create_app(settings)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        server = _ReadyServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        sock = bind_socket("127.0.0.1", 0)
+        config = server_config(app, settings, max_connections=settings.max_connections or 1000)
+        server = _ReadyServer(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         await asyncio.wait({task, asyncio.ensure_future(server.ready.wait())}, return_when="FIRST_COMPLETED")
         assert server.started, "uvicorn did not start"
-        base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        port = int(sock.getsockname()[1])
+        base_url = f"http://127.0.0.1:{port}"
         client = httpx.AsyncClient(base_url=base_url, timeout=10.0)
         running.append((server, task, client, sock))
-        return RunningShim(base_url=base_url, app=app, client=client)
+        return RunningShim(base_url=base_url, port=port, app=app, client=client)
 
     try:
         yield start

@@ -12,6 +12,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 
 pytestmark = pytest.mark.anyio
 
+JSON_TYPE = {"Content-Type": "application/json"}
 ECHO = {"model": "echo", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [3], "data": [1, 2.5, -4]}]}
 
 
@@ -116,7 +117,9 @@ async def test_body_over_the_limit_is_refused_from_content_length(
     start_shim: ShimFactory, upstream: Upstream
 ) -> None:
     small = await start_shim(max_body_bytes=64)
-    response = await small.client.post("/v1/infer", content=json.dumps(ECHO).encode() + b" " * 64)
+    response = await small.client.post(
+        "/v1/infer", content=json.dumps(ECHO).encode() + b" " * 64, headers=JSON_TYPE
+    )
     assert response.status_code == 413
     assert response.json()["error"]["reason"] == "REQUEST_TOO_LARGE"
     assert upstream.servicer.infer_attempts == 0
@@ -131,7 +134,7 @@ async def test_chunked_body_over_the_limit_is_refused_while_reading(
         for _ in range(10):
             yield b" " * 16
 
-    response = await small.client.post("/v1/infer", content=chunks())
+    response = await small.client.post("/v1/infer", content=chunks(), headers=JSON_TYPE)
     assert response.status_code == 413
     assert response.json()["error"]["reason"] == "REQUEST_TOO_LARGE"
     assert upstream.servicer.infer_attempts == 0
@@ -143,7 +146,7 @@ async def test_chunked_body_within_the_limit_is_accepted(shim: RunningShim) -> N
         for start in range(0, len(document), 7):
             yield document[start : start + 7]
 
-    response = await shim.client.post("/v1/infer", content=chunks())
+    response = await shim.client.post("/v1/infer", content=chunks(), headers=JSON_TYPE)
     assert response.status_code == 200
 
 

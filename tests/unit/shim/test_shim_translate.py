@@ -91,7 +91,7 @@ def test_infer_request_carries_parameters_priority_and_asks_for_raw_outputs() ->
             "request_id": "r-1",
         }
     )
-    message = translate.infer_request_to_proto(body, priority=pb.PRIORITY_HIGH)
+    message = translate.infer_request_to_proto(body, priority="high")
     assert message.typed_outputs is False
     assert message.priority == pb.PRIORITY_HIGH
     assert message.request_id == "r-1"
@@ -152,7 +152,7 @@ def test_proto_paths_become_json_names(proto_path: str, json_name: str) -> None:
 
 def test_generate_request_sets_only_the_sampling_fields_given() -> None:
     body = GenerateBody.model_validate({"model": "g", "prompt": "hi", "temperature": 0.0, "stop": "\n"})
-    message = translate.generate_request_to_proto(body, priority=pb.PRIORITY_LOW)
+    message = translate.generate_request_to_proto(body, priority="low")
     assert message.WhichOneof("prompt") == "text"
     assert message.sampling.HasField("temperature")
     assert message.sampling.temperature == 0.0
@@ -174,13 +174,14 @@ def test_generate_request_with_token_ids_and_all_sampling() -> None:
             "stop": ["a", "b"],
         }
     )
-    message = translate.generate_request_to_proto(body, priority=pb.PRIORITY_UNSPECIFIED)
+    message = translate.generate_request_to_proto(body, priority=None)
     assert list(message.token_ids.ids) == [5, 6]
     assert message.sampling.max_tokens == 4
     assert math.isclose(message.sampling.top_p, 0.5)
     assert message.sampling.top_k == 2
     assert message.sampling.seed == 2**63
     assert list(message.sampling.stop) == ["a", "b"]
+    assert message.priority == pb.PRIORITY_UNSPECIFIED
 
 
 def test_model_info_json_keeps_proto_names_and_zero_values() -> None:
