@@ -15,11 +15,13 @@ import httpx
 import pytest
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from raw_http import RawConnections
 from shim_fakes import FakeInference
 from sluice.inference.v1 import inference_pb2_grpc
 
 from shim.app import create_app
 from shim.config import ShimSettings
+from shim.connections import ConnectionPool
 from shim.serving import bind_socket, server_config
 
 
@@ -67,9 +69,19 @@ class RunningShim:
     port: int
     app: Any
     client: httpx.AsyncClient
+    pool: ConnectionPool  # the connections uvicorn holds for this shim
 
 
 ShimFactory = Callable[..., Awaitable[RunningShim]]
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Waits until `predicate` holds, for state that offers nothing to await (counts kept by uvicorn)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():  # nothing to await: uvicorn keeps these counts without signalling
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -90,7 +102,8 @@ async def start_shim(upstream: Upstream) -> AsyncIterator[ShimFactory]:
         base_url = f"http://127.0.0.1:{port}"
         client = httpx.AsyncClient(base_url=base_url, timeout=10.0)
         running.append((server, task, client, sock))
-        return RunningShim(base_url=base_url, port=port, app=app, client=client)
+        pool = config.http.pool  # type: ignore[union-attr]
+        return RunningShim(base_url=base_url, port=port, app=app, client=client, pool=pool)
 
     try:
         yield start
@@ -105,3 +118,13 @@ async def start_shim(upstream: Upstream) -> AsyncIterator[ShimFactory]:
 @pytest.fixture
 async def shim(start_shim: ShimFactory) -> RunningShim:
     return await start_shim(sse_heartbeat_s=30.0)
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[RawConnections]:
+    """Raw HTTP/1.1 connections for hostile-client tests; all closed after the test."""
+    connections = RawConnections()
+    try:
+        yield connections
+    finally:
+        await connections.close_all()

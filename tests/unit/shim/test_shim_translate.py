@@ -10,6 +10,7 @@ import pytest
 from shim_fakes import MODEL_INFO
 from sluice.inference.v1 import inference_pb2 as pb
 
+from clients.messages import build_generate_request, infer_request
 from shim import translate
 from shim.errors import ShimError
 from shim.schemas import GenerateBody, InferBody, TensorIn
@@ -191,3 +192,37 @@ def test_model_info_json_keeps_proto_names_and_zero_values() -> None:
     assert info["inputs"][0]["dtype"] == "DATA_TYPE_FLOAT32"
     assert info["limits"]["max_batch_size"] == 8
     assert info["limits"]["context_length"] == 0
+
+
+def test_requests_are_the_ones_the_client_library_builds() -> None:
+    body = GenerateBody.model_validate(
+        {"model": "g", "prompt": "hi", "max_tokens": 3, "stop": ["a"], "seed": 9, "request_id": "r"}
+    )
+    assert translate.generate_request_to_proto(body, priority="high") == build_generate_request(
+        "g",
+        "hi",
+        max_tokens=3,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        seed=9,
+        stop=["a"],
+        priority="high",
+        request_id="r",
+    )
+    infer = InferBody.model_validate(
+        {
+            "model": "m",
+            "inputs": [{"name": "x", "dtype": "INT32", "shape": [1], "data": [4]}],
+            "parameters": {"k": 1},
+        }
+    )
+    sent = translate.infer_request_to_proto(infer, priority=None)
+    assert sent == infer_request(
+        "m",
+        [translate.tensor_to_proto(infer.inputs[0], 0)],
+        priority=None,
+        request_id=None,
+        parameters={"k": 1},
+    )
+    assert sent.typed_outputs is False
