@@ -20,11 +20,15 @@ from shim.connections import ConnectionLimits, protocol_class
 
 logger = logging.getLogger("shim")
 
-# asyncio accepts up to `backlog` connections per wake-up before any reaches the protocol (and the pool's
-# cap), and closes the ones the pool turns away one loop iteration later: two bursts (192 descriptors) and
-# the process's own few dozen fit in the reserve kept beyond the cap, so accept() never meets EMFILE.
-# It is also the listen queue: asyncio listens with the same number.
-ACCEPT_BURST = RESERVED_FDS * 3 // 8
+# asyncio accepts up to `backlog` connections per wake-up, and each keeps its descriptor for three loop
+# iterations before the pool can have closed it or another one (accepted; admitted, the longest-idle one
+# closed; closed). Three bursts in flight (96) and the process's own few dozen descriptors fit well in the
+# reserve kept beyond the cap, so accept() never meets EMFILE.
+ACCEPT_BURST = RESERVED_FDS // 8
+# asyncio also listens with `backlog`; the kernel's queue of connections not yet accepted holds no
+# descriptor of ours, so it is set back to uvicorn's default once serving: a burst of connections waits
+# there instead of having its SYNs dropped (a second's retry each).
+LISTEN_QUEUE = 2048
 
 
 def configure_logging() -> None:
@@ -45,7 +49,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(ACCEPT_BURST)
+    sock.listen(LISTEN_QUEUE)
     sock.set_inheritable(True)
     return sock
 
@@ -82,6 +86,8 @@ class AnnouncingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(LISTEN_QUEUE)  # asyncio listened with the accept burst
         if self.started:
             host = f"[{self._settings.host}]" if ":" in self._settings.host else self._settings.host
             print(
