@@ -110,29 +110,50 @@ def parse_json(raw: bytes) -> Any:
         raise invalid_argument(f"request body is not valid JSON: {exc}", reason="MALFORMED_JSON") from None
 
 
-def json_path(location: Sequence[int | str]) -> str:
-    """A pydantic error location as the JSON path a caller recognises, e.g. `inputs[0].shape`."""
+_NO_DOCUMENT = object()
+
+
+def json_path(location: Sequence[int | str], document: Any = _NO_DOCUMENT) -> str:
+    """A pydantic error location as the JSON path a caller recognises, e.g. `inputs[0].shape`.
+
+    With the `document` the location is resolved against it, and the labels pydantic adds that are no
+    place in the document (a union member such as `str`, a dict's `[key]`) are left out.
+    """
     path = ""
+    node = document
+    resolving = document is not _NO_DOCUMENT
     for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else part
+        if part == "[key]":
+            continue
+        if resolving:
+            if isinstance(node, dict) and isinstance(part, str):
+                # A name the document lacks is a missing field: named, and the end of the document.
+                resolving = part in node
+                node = node.get(part)
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+            else:
+                continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
     # An empty location is a whole-object rule, such as "exactly one of prompt or prompt_token_ids".
     return path or "$"
 
 
-def validation_error(errors: Sequence[Any], *, skip_prefix: int = 0) -> ShimError:
+def validation_error(
+    errors: Sequence[Any], *, skip_prefix: int = 0, document: Any = _NO_DOCUMENT
+) -> ShimError:
     """A 422 naming each failing JSON field; `skip_prefix` drops FastAPI's `body`/`path` location head."""
-    violations = tuple(
-        FieldViolation(json_path(tuple(error["loc"])[skip_prefix:]), str(error["msg"])) for error in errors
-    )
-    fields = ", ".join(violation.field for violation in violations[:8])
+    violations: list[FieldViolation] = []
+    for error in errors:
+        violation = FieldViolation(json_path(tuple(error["loc"])[skip_prefix:], document), str(error["msg"]))
+        if violation not in violations[-4:]:  # a union's members often say the same thing
+            violations.append(violation)
+    fields = ", ".join(dict.fromkeys(violation.field for violation in violations[:8]))
     more = f" and {len(violations) - 8} more" if len(violations) > 8 else ""
     return invalid_argument(
         f"request validation failed: {fields}{more}",
         reason="VALIDATION_FAILED",
-        violations=violations,
+        violations=tuple(violations),
         status=422,
     )
 
@@ -143,7 +164,7 @@ def parse_body(raw: bytes, schema: type[ModelT]) -> ModelT:
     try:
         return schema.model_validate(document)
     except ValidationError as exc:
-        raise validation_error(exc.errors(include_url=False, include_input=False)) from exc
+        raise validation_error(exc.errors(include_url=False, include_input=False), document=document) from exc
     except RecursionError:
         raise invalid_argument(
             "request body is nested too deeply to validate", reason="MALFORMED_JSON"

@@ -3,12 +3,14 @@ nesting, integers past 4,300 digits, NaN and numbers past a double) refused as M
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from starlette.datastructures import Headers
 
 from shim.errors import ShimError
-from shim.request_body import declared_length, is_json_media_type, parse_body, parse_json
-from shim.schemas import GenerateBody
+from shim.request_body import declared_length, is_json_media_type, json_path, parse_body, parse_json
+from shim.schemas import GenerateBody, InferBody
 
 
 @pytest.mark.parametrize(
@@ -91,3 +93,30 @@ def test_many_violations_are_listed_boundedly() -> None:
         "description": "9968 more field violations not shown",
     }
     assert error["message"].endswith("and 9992 more")
+
+
+def test_violations_name_places_in_the_document_not_pydantic_labels() -> None:
+    raw = json.dumps(
+        {
+            "model": "m",
+            "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [1], "data": [None]}],
+            "parameters": {"k": [1]},
+        }
+    ).encode()
+    with pytest.raises(ShimError) as caught:
+        parse_body(raw, InferBody)
+    fields = [violation.field for violation in caught.value.body.field_violations]
+    # One violation per union member, each at the element itself rather than at `data[0].bool` etc.
+    assert set(fields) == {"inputs[0].data[0]", "parameters.k"}
+    assert caught.value.body.message == "request validation failed: inputs[0].data[0], parameters.k"
+
+
+def test_a_missing_field_is_named() -> None:
+    with pytest.raises(ShimError) as caught:
+        parse_body(b'{"prompt": "x"}', GenerateBody)
+    assert [violation.field for violation in caught.value.body.field_violations] == ["model"]
+
+
+def test_json_path_without_a_document_keeps_every_part() -> None:
+    assert json_path(("inputs", 0, "data", 2, "bool")) == "inputs[0].data[2].bool"
+    assert json_path(()) == "$"
