@@ -1,4 +1,5 @@
-"""Channel settings shared by the sync and asyncio clients: keepalive, message size and retry policy.
+"""The one channel policy, shared by the sync and asyncio clients and the shim: keepalive, message size,
+reconnect back-off and retry policy.
 
 Retries follow AIP-194: the channel's service config retries only UNAVAILABLE, and only for the safe
 unary methods. Generate is never retried, because a stream that already produced tokens cannot be
@@ -42,6 +43,9 @@ class ChannelSettings:
     retry_initial_backoff_s: float = 0.1
     retry_max_backoff_s: float = 2.0
     retry_backoff_multiplier: float = 2.0
+    # gRPC's own reconnect back-off grows to 120 s: a server back from a restart would wait up to two
+    # minutes for its callers' channels. One second is cheap against a server on the same network.
+    reconnect_backoff_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_message_bytes <= 0:
@@ -55,6 +59,8 @@ class ChannelSettings:
             raise ValueError("retry backoffs must be positive")
         if self.retry_backoff_multiplier <= 0:
             raise ValueError("retry_backoff_multiplier must be positive")
+        if not self.reconnect_backoff_s > 0:
+            raise ValueError(f"reconnect_backoff_s must be positive, got {self.reconnect_backoff_s}")
 
 
 def service_config(settings: ChannelSettings) -> str:
@@ -78,7 +84,13 @@ def service_config(settings: ChannelSettings) -> str:
 
 def channel_options(settings: ChannelSettings) -> list[ChannelOption]:
     """The grpc channel arguments for `settings`, identical for sync and aio channels."""
+    backoff_ms = max(1, int(settings.reconnect_backoff_s * 1000))
     return [
+        # Every wait between connection attempts is the back-off (gRPC adds 20% jitter); the minimum
+        # is also how long one attempt may take, which bounds a connect to a silent address.
+        ("grpc.initial_reconnect_backoff_ms", backoff_ms),
+        ("grpc.min_reconnect_backoff_ms", backoff_ms),
+        ("grpc.max_reconnect_backoff_ms", backoff_ms),
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.keepalive_time_ms", int(settings.keepalive_time_s * 1000)),

@@ -15,14 +15,14 @@ Every failed call raises a `SluiceError` subclass chosen by the canonical status
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
 import grpc
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
 __all__ = [
     "DeadlineExceededError",
@@ -37,7 +37,9 @@ __all__ = [
     "decode_status_details",
     "error_from_rpc",
     "error_from_status",
+    "rich_status_of",
     "status_code_from_number",
+    "status_details_of",
     "typed_errors",
 ]
 
@@ -177,18 +179,39 @@ def error_from_status(code: grpc.StatusCode, message: str, rich: status_pb2.Stat
     )
 
 
+_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def rich_status_of(exc: grpc.RpcError) -> status_pb2.Status | None:
+    """The google.rpc Status a failed sync or aio call carries in its `grpc-status-details-bin` trailer.
+
+    The transport's code and message stay authoritative. Details whose code disagrees with the call's
+    describe another failure and are dropped; a message that differs (a proxy rewrote it) keeps them,
+    since the reason, RetryInfo and field violations still hold. A trailer that does not parse is None.
+    """
+    # Sync errors are grpc.Call objects; AioRpcError is not, but has the same synchronous methods.
+    call = cast(grpc.Call, exc)
+    # grpc-stubs type aio metadata as the sync API's; at runtime both yield (key, value) pairs.
+    for key, value in cast("Iterable[tuple[str, str | bytes]]", call.trailing_metadata() or ()):
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            rich = status_pb2.Status.FromString(value)
+        except DecodeError:
+            return None
+        return rich if rich.code == call.code().value[0] else None
+    return None
+
+
+def status_details_of(exc: grpc.RpcError) -> StatusDetails:
+    """The decoded google.rpc details of a failed call (empty where it carries none)."""
+    return decode_status_details(rich_status_of(exc))
+
+
 def error_from_rpc(exc: grpc.RpcError) -> SluiceError:
     """Map a failed sync or aio call (`grpc.RpcError`, `grpc.aio.AioRpcError`) to its typed exception."""
-    code = exc.code()
-    message = exc.details() or ""
-    try:
-        # Sync errors are grpc.Call objects; AioRpcError is not, but has the same synchronous
-        # code/details/trailing_metadata methods, which are all that from_call reads.
-        rich: status_pb2.Status | None = rpc_status.from_call(cast(grpc.Call, exc))
-    except ValueError:
-        # The details disagree with the transport status; the transport status is the authoritative one.
-        rich = None
-    return error_from_status(code, message, rich)
+    call = cast(grpc.Call, exc)
+    return error_from_status(call.code(), call.details() or "", rich_status_of(exc))
 
 
 @contextmanager

@@ -1,11 +1,12 @@
 """Request messages from call arguments, and result dataclasses from response messages.
 
-Shared by the sync and asyncio clients, so that both are only thin wrappers around the stub calls.
+The one request builder: shared by the sync and asyncio clients, so that both are only thin wrappers
+around the stub calls, and by the shim, which builds the same messages from JSON bodies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
@@ -36,6 +37,7 @@ __all__ = [
     "build_generate_request",
     "build_infer_request",
     "chunk_from_response",
+    "infer_request",
     "model_info_from_proto",
     "result_from_response",
 ]
@@ -56,12 +58,31 @@ def build_infer_request(
     parameters: Mapping[str, ParameterScalar] | None,
 ) -> pb.InferRequest:
     """The InferRequest for one item; every input is encoded by the codec."""
+    return infer_request(
+        model,
+        [encode_tensor(name, value) for name, value in inputs.items()],
+        priority=priority,
+        request_id=request_id,
+        parameters=parameters,
+    )
+
+
+def infer_request(
+    model: str,
+    tensors: Iterable[pb.Tensor],
+    *,
+    priority: PriorityName | None,
+    request_id: str | None,
+    parameters: Mapping[str, ParameterScalar] | None,
+) -> pb.InferRequest:
+    """The InferRequest around already encoded input tensors; outputs are asked for as raw bytes."""
     return pb.InferRequest(
         model=model,
-        inputs=[encode_tensor(name, value) for name, value in inputs.items()],
+        inputs=tensors,
         parameters=encode_parameters(parameters),
         priority=encode_priority(priority),
         request_id=request_id or "",
+        typed_outputs=False,
     )
 
 

@@ -1,15 +1,23 @@
-"""The shim's own in-flight bound: an ASGI middleware that refuses API requests past `max_inflight`
-with 503 SHIM_OVERLOADED before any body is read, and holds each slot until the response, SSE
-streams included, has ended."""
+"""The shim's own in-flight bound, and the ASGI middleware that admits API requests to it.
+
+A request is refused with 503 SHIM_OVERLOADED at once when every slot is held, before its body is read.
+A POST's body must declare JSON (415 otherwise) and is then read in full, within `max_body_bytes` (413)
+and `body_timeout_s` (408), before the request takes a slot: a client that sends its body slowly, or
+never, waits on its own connection without holding a slot that real work needs. The slot is held until
+the response, SSE streams included, has ended. Routes then parse the bytes read here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shim.errors import shim_overloaded
+from shim.errors import ShimError
+from shim.refusals import shim_overloaded
+from shim.request_body import ClientLeft, check_json_media_type, read_body
 
 API_PREFIX = "/v1/"
 
@@ -29,8 +37,12 @@ class InflightBound:
     def inflight(self) -> int:
         return self._inflight
 
+    @property
+    def full(self) -> bool:
+        return self._inflight >= self.limit
+
     def try_acquire(self) -> bool:
-        if self._inflight >= self.limit:
+        if self.full:
             return False
         self._inflight += 1
         self._idle.clear()
@@ -46,23 +58,60 @@ class InflightBound:
         await self._idle.wait()
 
 
-class InflightMiddleware:
-    """Wraps the app so that admission is decided from the request line alone, before body or routing."""
+def error_response(error: ShimError) -> JSONResponse:
+    return JSONResponse(error.to_json(), status_code=error.status, headers=error.headers)
 
-    def __init__(self, app: ASGIApp, *, bound: InflightBound) -> None:
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive() that hands the app the body already read, then whatever the client does next
+    (its disconnect), so routes can both read the body and watch for the client leaving."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class AdmissionMiddleware:
+    """Wraps the app: the decision to refuse, and the reading of the body, come before routing."""
+
+    def __init__(
+        self, app: ASGIApp, *, bound: InflightBound, max_body_bytes: int, body_timeout_s: float
+    ) -> None:
         self.app = app
         self.bound = bound
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Probes must answer even when the shim is saturated, so only the API counts.
         if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
             await self.app(scope, receive, send)
             return
-        if not self.bound.try_acquire():
-            error = shim_overloaded(self.bound.limit)
-            response = JSONResponse(error.to_json(), status_code=error.status, headers=error.headers)
-            await response(scope, receive, send)
+        try:
+            if self.bound.full:
+                raise shim_overloaded(self.bound.limit)
+            # Every POST of the API carries a JSON body; the other methods carry none.
+            if scope["method"] == "POST":
+                headers = Headers(scope=scope)
+                check_json_media_type(headers)
+                body = await read_body(
+                    receive, headers, limit=self.max_body_bytes, timeout_s=self.body_timeout_s
+                )
+                receive = _replaying(body, receive)
+            # Slots may have filled while the body arrived.
+            if not self.bound.try_acquire():
+                raise shim_overloaded(self.bound.limit)
+        except ShimError as error:
+            await error_response(error)(scope, receive, send)
             return
+        except ClientLeft:
+            return  # nobody to answer; uvicorn knows the connection is gone
         try:
             await self.app(scope, receive, send)
         finally:

@@ -1,5 +1,6 @@
-"""create_app(): the FastAPI application, its middleware order, its error handlers (every error
-shares one body shape), and the lifespan that owns the one upstream channel."""
+"""create_app(): the FastAPI application, its middleware order (CORS, when configured, outside
+admission), its error handlers (every error, even an unforeseen one, shares one body shape), and the
+lifespan that owns the one upstream channel."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 
-from shim.admission import InflightBound, InflightMiddleware
+from shim.admission import AdmissionMiddleware, InflightBound, error_response
+from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.channel import open_upstream
 from shim.config import ShimSettings
 from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
+from shim.refusals import internal_error
 from shim.request_body import validation_error
 from shim.routes import health, native
 
@@ -29,21 +33,17 @@ _CODE_BY_HTTP_STATUS = {
 }
 
 
-def _error_response(error: ShimError) -> JSONResponse:
-    return JSONResponse(error.to_json(), status_code=error.status, headers=error.headers)
-
-
 async def _on_shim_error(_: Request, exc: Exception) -> Response:
     if not isinstance(exc, ShimError):  # pragma: no cover - registered for ShimError only
         raise exc
-    return _error_response(exc)
+    return error_response(exc)
 
 
 async def _on_validation_error(_: Request, exc: Exception) -> Response:
     if not isinstance(exc, RequestValidationError):  # pragma: no cover - registered for this type only
         raise exc
     # FastAPI prefixes locations with where the value came from: body, path, query, header.
-    return _error_response(validation_error(exc.errors(), skip_prefix=1))
+    return error_response(validation_error(exc.errors(), skip_prefix=1))
 
 
 async def _on_http_error(_: Request, exc: Exception) -> Response:
@@ -52,7 +52,13 @@ async def _on_http_error(_: Request, exc: Exception) -> Response:
     code = _CODE_BY_HTTP_STATUS.get(exc.status_code, grpc.StatusCode.UNKNOWN)
     reason = str(exc.detail).upper().replace(" ", "_")
     body = ErrorBody(code=code, message=str(exc.detail), reason=reason, domain=SHIM_DOMAIN)
-    return _error_response(ShimError(body, status=exc.status_code))
+    return error_response(ShimError(body, status=exc.status_code))
+
+
+async def _on_unexpected_error(_: Request, exc: Exception) -> Response:
+    # Starlette's server-error middleware calls this for anything unhandled, then re-raises it so that
+    # uvicorn logs the traceback; the caller gets the error shape instead of a plain-text 500.
+    return error_response(internal_error(exc))
 
 
 def create_app(settings: ShimSettings) -> FastAPI:
@@ -76,10 +82,25 @@ def create_app(settings: ShimSettings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.inflight = InflightBound(settings.max_inflight)
-    app.add_middleware(InflightMiddleware, bound=app.state.inflight)
+    app.add_middleware(
+        AdmissionMiddleware,
+        bound=app.state.inflight,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
+    if settings.cors_allow_origins:
+        # Added last, so outermost: a preflight is answered before admission, and refusals carry CORS headers.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_allow_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type", PRIORITY_HEADER, TIMEOUT_HEADER],
+            expose_headers=["retry-after"],
+        )
     app.add_exception_handler(ShimError, _on_shim_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected_error)
     app.include_router(health.router)
     app.include_router(native.router)
     return app

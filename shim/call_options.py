@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
-from sluice.inference.v1 import inference_pb2 as pb
 from starlette.datastructures import Headers
 
-from clients.codec import PRIORITIES
-from shim.errors import FieldViolation, invalid_argument
+from clients.types import PriorityName
+from shim.errors import FieldViolation
+from shim.refusals import invalid_argument
 
 PRIORITY_HEADER = "x-sluice-priority"
 TIMEOUT_HEADER = "x-sluice-timeout-ms"
@@ -17,7 +18,7 @@ TIMEOUT_HEADER = "x-sluice-timeout-ms"
 
 @dataclass(frozen=True, slots=True)
 class CallOptions:
-    priority: pb.Priority.ValueType
+    priority: PriorityName | None
     timeout_s: float
 
 
@@ -25,19 +26,20 @@ def _header_error(header: str, message: str) -> Exception:
     return invalid_argument(message, reason="INVALID_HEADER", violations=(FieldViolation(header, message),))
 
 
-def priority_from(body_priority: str | None, headers: Headers) -> pb.Priority.ValueType:
-    """The body's priority wins over the header, which wins over the server's default."""
+_PRIORITY_NAMES: tuple[PriorityName, ...] = get_args(PriorityName)
+
+
+def priority_from(body_priority: PriorityName | None, headers: Headers) -> PriorityName | None:
+    """The body's priority wins over the header, which wins over the server's default (None)."""
     if body_priority is not None:
-        return PRIORITIES[body_priority]
+        return body_priority
     header = headers.get(PRIORITY_HEADER)
     if header is None:
-        return pb.PRIORITY_UNSPECIFIED
-    priority = PRIORITIES.get(header.strip().lower())
-    if priority is None:
-        raise _header_error(
-            "X-Sluice-Priority", f"X-Sluice-Priority must be low, normal or high, not {header!r}"
-        )
-    return priority
+        return None
+    for name in _PRIORITY_NAMES:
+        if header.strip().lower() == name:
+            return name
+    raise _header_error("X-Sluice-Priority", f"X-Sluice-Priority must be low, normal or high, not {header!r}")
 
 
 def timeout_from(default_s: float, headers: Headers) -> float:
@@ -56,7 +58,9 @@ def timeout_from(default_s: float, headers: Headers) -> float:
     return min(default_s, requested_ms / 1000.0)
 
 
-def call_options(body_priority: str | None, headers: Headers, *, default_timeout_s: float) -> CallOptions:
+def call_options(
+    body_priority: PriorityName | None, headers: Headers, *, default_timeout_s: float
+) -> CallOptions:
     return CallOptions(
         priority=priority_from(body_priority, headers), timeout_s=timeout_from(default_timeout_s, headers)
     )

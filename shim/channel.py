@@ -1,9 +1,8 @@
-"""The one pooled gRPC channel to the server: keepalive, message sizes, and the service config whose
-retry policy retries only UNAVAILABLE and only on the safe unary methods (AIP-194)."""
+"""The one pooled gRPC channel to the server, opened with the clients' channel policy (clients.channel:
+keepalive, message sizes, reconnect back-off, and retries of UNAVAILABLE on the safe unary methods)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,40 +11,15 @@ from grpc_health.v1 import health_pb2_grpc
 from sluice.inference.v1 import inference_pb2_grpc
 from starlette.requests import HTTPConnection
 
+from clients.channel import ChannelSettings, open_aio_channel
 from shim.config import ShimSettings
 
-INFERENCE_SERVICE = "sluice.inference.v1.InferenceService"
-RETRIED_METHODS = ("Infer", "ListModels", "GetModel")
 
-# Generate is deliberately absent: a stream must never be replayed once a token may have been seen.
-SERVICE_CONFIG: dict[str, Any] = {
-    "methodConfig": [
-        {
-            "name": [{"service": INFERENCE_SERVICE, "method": method} for method in RETRIED_METHODS],
-            "retryPolicy": {
-                "maxAttempts": 3,
-                "initialBackoff": "0.05s",
-                "maxBackoff": "1s",
-                "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE"],
-            },
-        }
-    ]
-}
-
-
-def channel_options(settings: ShimSettings) -> list[tuple[str, str | int]]:
-    return [
-        ("grpc.enable_retries", 1),
-        ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
-        # A minute is well above gRPC's default server ping policy, and it still notices a dead
-        # upstream behind a silent load balancer during a long generation.
-        ("grpc.keepalive_time_ms", 60_000),
-        ("grpc.keepalive_timeout_ms", 20_000),
-        ("grpc.keepalive_permit_without_calls", 0),
-        ("grpc.max_send_message_length", settings.max_message_bytes),
-        ("grpc.max_receive_message_length", settings.max_message_bytes),
-    ]
+def channel_settings(settings: ShimSettings) -> ChannelSettings:
+    """The clients' channel policy, with the sizes and back-off the shim's settings choose."""
+    return ChannelSettings(
+        max_message_bytes=settings.max_message_bytes, reconnect_backoff_s=settings.reconnect_backoff_s
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +36,7 @@ class Upstream:
 
 def open_upstream(settings: ShimSettings) -> Upstream:
     """Opens the channel; it connects lazily, so a down server fails calls, not start-up."""
-    channel = grpc.aio.insecure_channel(settings.upstream, options=channel_options(settings))
+    channel = open_aio_channel(settings.upstream, channel_settings(settings), None)
     return Upstream(
         channel=channel,
         inference=inference_pb2_grpc.InferenceServiceStub(channel),

@@ -1,4 +1,5 @@
-"""The shim's one frozen configuration object, and the command-line parsing that builds it."""
+"""The shim's one frozen configuration object; its command-line flags are generated from the fields
+(process.flags), so a flag's name, type, default and help text cannot drift from the setting."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from process.flags import add_flags, setting, values_from
+
 _MIB = 1 << 20
 
 
@@ -14,20 +17,53 @@ _MIB = 1 << 20
 class ShimSettings:
     """Everything the shim needs, decided once at start-up and passed down."""
 
-    upstream: str = "127.0.0.1:50051"
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_body_bytes: int = _MIB
-    max_inflight: int = 512
-    infer_timeout_s: float = 60.0
-    generate_timeout_s: float = 600.0
-    sse_heartbeat_s: float = 15.0
-    # Accepted for operators' configs; the SSE path pulls one gRPC message per event, so it never needs
-    # more than one message of read-ahead and this only bounds future buffering.
-    stream_buffer_events: int = 16
-    ready_timeout_s: float = 2.0
-    max_message_bytes: int = 64 * _MIB
-    graceful_shutdown_s: float = 10.0
+    upstream: str = setting("127.0.0.1:50051", help="gRPC server target", unit="host:port")
+    host: str = setting("127.0.0.1", help="HTTP interface to bind")
+    port: int = setting(8000, help="HTTP port; 0 picks a free one")
+    max_body_bytes: int = setting(
+        _MIB, help="largest request body accepted; a larger one is refused with 413", unit="bytes"
+    )
+    max_inflight: int = setting(
+        512, help="API requests served at once; more are refused with 503 SHIM_OVERLOADED", unit="requests"
+    )
+    max_connections: int | None = setting(
+        None,
+        help="HTTP connections held at once; at the cap the longest-idle one is closed to admit a new one; "
+        "derived from the descriptor limit when unset",
+        unit="connections",
+    )
+    # Timeouts against slow or silent clients, as nginx's client_header_timeout, client_body_timeout
+    # and keepalive_timeout (uvicorn has no header or body timeout of its own).
+    header_timeout_s: float = setting(
+        10.0, help="time from a request's first byte to the end of its headers; then 408", unit="seconds"
+    )
+    body_timeout_s: float = setting(
+        30.0, help="time to receive a whole request body once its headers are in; then 408", unit="seconds"
+    )
+    idle_timeout_s: float = setting(
+        5.0, help="how long a connection may wait silent for its next request, or its first", unit="seconds"
+    )
+    infer_timeout_s: float = setting(60.0, help="deadline of an upstream Infer call", unit="seconds")
+    generate_timeout_s: float = setting(600.0, help="deadline of an upstream Generate call", unit="seconds")
+    sse_heartbeat_s: float = setting(
+        15.0, help="interval of `: ping` comments on a quiet SSE stream", unit="seconds"
+    )
+    ready_timeout_s: float = setting(
+        2.0, help="deadline of the upstream health check of /readyz", unit="seconds"
+    )
+    reconnect_backoff_s: float = setting(
+        1.0,
+        help="longest wait between attempts to reconnect to the upstream; gRPC's own grows to 120 s",
+        unit="seconds",
+    )
+    max_message_bytes: int = setting(64 * _MIB, help="largest gRPC message sent or received", unit="bytes")
+    graceful_shutdown_s: float = setting(
+        10.0, help="time in-flight requests get to finish on SIGTERM", unit="seconds"
+    )
+    cors_allow_origins: tuple[str, ...] = setting(
+        (),
+        help="origins allowed to call the API from a browser, comma-separated, or *; none: no CORS headers",
+    )
 
     def __post_init__(self) -> None:
         if not self.upstream.strip():
@@ -36,50 +72,35 @@ class ShimSettings:
             raise ValueError("host must be a non-empty interface address")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {self.port}")
-        for name in ("max_body_bytes", "max_inflight", "stream_buffer_events", "max_message_bytes"):
+        for name in ("max_body_bytes", "max_inflight", "max_message_bytes"):
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1 (or auto), got {self.max_connections}")
         for name in (
+            "header_timeout_s",
+            "body_timeout_s",
+            "idle_timeout_s",
             "infer_timeout_s",
             "generate_timeout_s",
             "sse_heartbeat_s",
             "ready_timeout_s",
+            "reconnect_backoff_s",
             "graceful_shutdown_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        for origin in self.cors_allow_origins:
+            if origin != "*" and "://" not in origin:
+                raise ValueError(
+                    f"cors_allow_origins holds {origin!r}; give origins as scheme://host[:port], or *"
+                )
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> ShimSettings:
         """Parses command-line flags; invalid values raise ValueError naming the setting."""
-        defaults = cls()
-        parser = argparse.ArgumentParser(prog="python -m shim", description="Sluice HTTP/SSE shim")
-        parser.add_argument("--upstream", default=defaults.upstream, help="gRPC server target host:port")
-        parser.add_argument("--host", default=defaults.host, help="HTTP interface to bind")
-        parser.add_argument("--port", type=int, default=defaults.port, help="HTTP port; 0 picks a free one")
-        parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
-        parser.add_argument("--max-inflight", type=int, default=defaults.max_inflight)
-        parser.add_argument("--infer-timeout-s", type=float, default=defaults.infer_timeout_s)
-        parser.add_argument("--generate-timeout-s", type=float, default=defaults.generate_timeout_s)
-        parser.add_argument("--sse-heartbeat-s", type=float, default=defaults.sse_heartbeat_s)
-        parser.add_argument("--stream-buffer-events", type=int, default=defaults.stream_buffer_events)
-        parser.add_argument("--ready-timeout-s", type=float, default=defaults.ready_timeout_s)
-        parser.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
-        parser.add_argument("--graceful-shutdown-s", type=float, default=defaults.graceful_shutdown_s)
-        args = parser.parse_args(argv)
-        return cls(
-            upstream=args.upstream,
-            host=args.host,
-            port=args.port,
-            max_body_bytes=args.max_body_bytes,
-            max_inflight=args.max_inflight,
-            infer_timeout_s=args.infer_timeout_s,
-            generate_timeout_s=args.generate_timeout_s,
-            sse_heartbeat_s=args.sse_heartbeat_s,
-            stream_buffer_events=args.stream_buffer_events,
-            ready_timeout_s=args.ready_timeout_s,
-            max_message_bytes=args.max_message_bytes,
-            graceful_shutdown_s=args.graceful_shutdown_s,
-        )
+        parser = argparse.ArgumentParser(prog="sluice shim", description="Sluice HTTP/SSE shim")
+        add_flags(parser, cls)
+        return cls(**values_from(parser.parse_args(argv), cls))

@@ -1,30 +1,37 @@
-"""Every HTTP error the shim answers: one gRPC-code -> HTTP-status table and one body shape.
+"""Every HTTP error the shim answers: one gRPC-code -> HTTP-status table, one body shape, and the one
+place that bounds what an error echoes back.
 
     ShimError(Exception)            carries an ErrorBody and the HTTP status it is sent with
-    ├── from_rpc_error()            an upstream grpc.aio.AioRpcError, details decoded from
-    │                               `grpc-status-details-bin` by clients.errors.decode_status_details
+    ├── upstream_errors()           a context manager: an upstream grpc.aio.AioRpcError inside it is
+    │   └── from_rpc_error()        re-raised as a ShimError, details decoded by clients.errors
     ├── from_stream_error()         the ErrorStatus carried by a final GenerateResponse
-    └── invalid_argument() / ...    the shim's own refusals (malformed JSON, too large, overloaded)
+    └── shim.refusals               the shim's own refusals (malformed, too large, too slow, overloaded)
 
 Every error body has the shape `{"error": {code, message, reason, domain, metadata, field_violations,
-retry_after_s}}`, and a RetryInfo adds a `Retry-After` header in whole seconds.
+retry_after_s}}`, and a RetryInfo adds a `Retry-After` header in whole seconds. An ErrorBody clips every
+text it holds to MAX_ECHO_CHARS (with a marker naming the original length) and lists at most MAX_LISTED
+metadata entries and field violations, so an error never costs more than a small, fixed amount whatever
+the request held; the texts are made UTF-8-encodable as well (a lone surrogate is escaped).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import grpc
-from google.rpc import status_pb2
-from grpc_status import rpc_status
 
-from clients.errors import decode_status_details, status_code_from_number
+from clients.errors import status_code_from_number, status_details_of
 
 SHIM_DOMAIN = "shim.sluice"
-DETAILS_METADATA_KEY = "grpc-status-details-bin"
+# What one echoed text may hold, and how many metadata entries and field violations one error lists.
+MAX_ECHO_CHARS = 512
+MAX_LISTED = 32
+# A transport failure carries no RetryInfo; the channel retries the connection this often, at least.
+DEFAULT_RECONNECT_S = 1.0
 
 # The one table: canonical gRPC code -> HTTP status. REQUEST_TOO_LARGE refines RESOURCE_EXHAUSTED to 413.
 HTTP_STATUS_BY_CODE: Mapping[grpc.StatusCode, int] = {
@@ -58,6 +65,16 @@ def http_status_for(code: grpc.StatusCode, reason: str | None = None) -> int:
     return HTTP_STATUS_BY_CODE.get(code, 500)
 
 
+def clip(text: str) -> str:
+    """`text` as an error may echo it: at most MAX_ECHO_CHARS, marked with the original length when cut,
+    and encodable as UTF-8 (a lone surrogate from a JSON escape such as "\\udc80" is written escaped)."""
+    if len(text) > MAX_ECHO_CHARS:
+        text = f"{text[:MAX_ECHO_CHARS]}…[clipped: {len(text)} chars]"
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class FieldViolation:
     """One bad field: `field` is the name the HTTP caller used, `proto_field` the server's path."""
@@ -72,10 +89,15 @@ class FieldViolation:
             body["proto_field"] = self.proto_field
         return body
 
+    def clipped(self) -> FieldViolation:
+        proto_field = None if self.proto_field is None else clip(self.proto_field)
+        return FieldViolation(clip(self.field), clip(self.description), proto_field)
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorBody:
-    """The JSON error object shared by HTTP error responses and SSE terminal events."""
+    """The JSON error object shared by HTTP error responses and SSE terminal events; every text in it is
+    clipped on construction, so nothing built from request input can make it large."""
 
     code: grpc.StatusCode
     message: str
@@ -84,6 +106,23 @@ class ErrorBody:
     metadata: Mapping[str, str] = field(default_factory=dict)
     field_violations: tuple[FieldViolation, ...] = ()
     retry_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # A frozen dataclass sets its own fields in __post_init__ through object.__setattr__.
+        setattr_ = object.__setattr__
+        setattr_(self, "message", clip(self.message))
+        setattr_(self, "reason", None if self.reason is None else clip(self.reason))
+        setattr_(self, "domain", None if self.domain is None else clip(self.domain))
+        entries = list(self.metadata.items())
+        metadata = {clip(key): clip(value) for key, value in entries[:MAX_LISTED]}
+        if len(entries) > MAX_LISTED:
+            metadata["…"] = f"{len(entries) - MAX_LISTED} more entries not shown"
+        setattr_(self, "metadata", metadata)
+        violations = [violation.clipped() for violation in self.field_violations[:MAX_LISTED]]
+        if len(self.field_violations) > MAX_LISTED:
+            hidden = len(self.field_violations) - MAX_LISTED
+            violations.append(FieldViolation("…", f"{hidden} more field violations not shown"))
+        setattr_(self, "field_violations", tuple(violations))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,43 +139,52 @@ class ErrorBody:
 class ShimError(Exception):
     """An error answered to the HTTP caller with `status` and the `{"error": ...}` body."""
 
-    def __init__(self, body: ErrorBody, *, status: int | None = None) -> None:
+    def __init__(self, body: ErrorBody, *, status: int | None = None, close_connection: bool = False) -> None:
         super().__init__(body.message)
         self.body = body
         self.status = status if status is not None else http_status_for(body.code, body.reason)
+        # Set where the request's body was left unread on purpose: waiting for it would serve the sender.
+        self.close_connection = close_connection
 
     @property
     def headers(self) -> dict[str, str]:
-        if self.body.retry_after_s is None:
-            return {}
-        # Retry-After takes whole seconds; rounding down could invite a retry that is refused again.
-        return {"Retry-After": str(max(1, math.ceil(self.body.retry_after_s)))}
+        headers = {"Connection": "close"} if self.close_connection else {}
+        if self.body.retry_after_s is not None:
+            # Retry-After takes whole seconds; rounding down could invite a retry that is refused again.
+            headers["Retry-After"] = str(max(1, math.ceil(self.body.retry_after_s)))
+        return headers
 
     def to_json(self) -> dict[str, Any]:
         return {"error": self.body.to_json()}
 
 
-def _rich_status(exc: grpc.aio.AioRpcError) -> status_pb2.Status | None:
-    try:
-        found: status_pb2.Status | None = rpc_status.from_call(exc)  # type: ignore[arg-type]
-        return found
-    except ValueError:
-        # from_call rejects a Status whose message differs from the call's details; the details
-        # (reason, RetryInfo, field violations) are still worth more than dropping them.
-        # grpc-stubs type aio metadata as the sync API's; at runtime it yields (key, value) pairs.
-        metadata = cast("Iterable[tuple[str, str | bytes]]", exc.trailing_metadata() or ())
-        for key, value in metadata:
-            if key == DETAILS_METADATA_KEY and isinstance(value, bytes):
-                return status_pb2.Status.FromString(value)
-        return None
+def from_rpc_error(
+    exc: grpc.aio.AioRpcError,
+    *,
+    json_field: Callable[[str], str] = str,
+    reconnect_s: float = DEFAULT_RECONNECT_S,
+) -> ShimError:
+    """Maps a failed upstream call to the HTTP error the caller sees; `json_field` renames proto paths.
 
-
-def from_rpc_error(exc: grpc.aio.AioRpcError, *, json_field: Callable[[str], str] = str) -> ShimError:
-    """Maps a failed upstream call to the HTTP error the caller sees; `json_field` renames proto paths."""
-    details = decode_status_details(_rich_status(exc))
+    UNAVAILABLE without an ErrorInfo did not come from the server's code but from the transport (no
+    connection, connection lost): it is named UPSTREAM_UNAVAILABLE, says gRPC's reason, and asks for a
+    retry after the channel's reconnect interval.
+    """
+    details = status_details_of(exc)
+    message = exc.details() or ""
+    if exc.code() is grpc.StatusCode.UNAVAILABLE and details.reason is None:
+        return ShimError(
+            ErrorBody(
+                code=grpc.StatusCode.UNAVAILABLE,
+                message=f"the upstream server is unavailable: {message or 'no reason given'}",
+                reason="UPSTREAM_UNAVAILABLE",
+                domain=SHIM_DOMAIN,
+                retry_after_s=details.retry_after if details.retry_after is not None else reconnect_s,
+            )
+        )
     body = ErrorBody(
         code=exc.code(),
-        message=exc.details() or "",
+        message=message,
         reason=details.reason,
         domain=details.domain,
         metadata=details.metadata,
@@ -149,52 +197,20 @@ def from_rpc_error(exc: grpc.aio.AioRpcError, *, json_field: Callable[[str], str
     return ShimError(body)
 
 
+@contextmanager
+def upstream_errors(
+    *, json_field: Callable[[str], str] = str, reconnect_s: float = DEFAULT_RECONNECT_S
+) -> Iterator[None]:
+    """Re-raises a failed upstream call inside the block as the ShimError its caller is answered with."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc_error(exc, json_field=json_field, reconnect_s=reconnect_s) from exc
+
+
 def from_stream_error(code_number: int, message: str, reason: str) -> ErrorBody:
     """The error body for the ErrorStatus a GenerateResponse carries when a generation ended badly."""
     return ErrorBody(code=status_code_from_number(code_number), message=message, reason=reason or None)
-
-
-def invalid_argument(
-    message: str,
-    *,
-    reason: str,
-    violations: tuple[FieldViolation, ...] = (),
-    status: int = 400,
-) -> ShimError:
-    """The shim's own refusal of a request it could not read or translate."""
-    body = ErrorBody(
-        code=grpc.StatusCode.INVALID_ARGUMENT,
-        message=message,
-        reason=reason,
-        domain=SHIM_DOMAIN,
-        field_violations=violations,
-    )
-    return ShimError(body, status=status)
-
-
-def request_too_large(limit: int) -> ShimError:
-    """A body over max_body_bytes, refused before (or while) reading it."""
-    body = ErrorBody(
-        code=grpc.StatusCode.RESOURCE_EXHAUSTED,
-        message=f"request body exceeds {limit} bytes",
-        reason="REQUEST_TOO_LARGE",
-        domain=SHIM_DOMAIN,
-        metadata={"limit_bytes": str(limit)},
-    )
-    return ShimError(body)
-
-
-def shim_overloaded(limit: int) -> ShimError:
-    """The shim's own in-flight bound is reached; the caller should retry shortly."""
-    body = ErrorBody(
-        code=grpc.StatusCode.UNAVAILABLE,
-        message=f"the shim is serving its limit of {limit} requests; retry shortly",
-        reason="SHIM_OVERLOADED",
-        domain=SHIM_DOMAIN,
-        metadata={"max_inflight": str(limit)},
-        retry_after_s=1.0,
-    )
-    return ShimError(body)
 
 
 def upstream_protocol_error(message: str) -> ShimError:

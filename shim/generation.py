@@ -21,11 +21,11 @@ _ENDED_EARLY = "the upstream ended the generation without a final message"
 
 
 async def first_message(call: GenerateCall) -> pb.GenerateResponse:
-    """The first message, so that errors before any token become plain HTTP errors, not a 200 stream."""
-    try:
-        message = await call.read()
-    except grpc.aio.AioRpcError as exc:
-        raise from_rpc_error(exc, json_field=json_field_for) from exc
+    """The first message, so that errors before any token become plain HTTP errors, not a 200 stream.
+
+    A failed call raises its AioRpcError, for the route's `upstream_errors` to map.
+    """
+    message = await call.read()
     if not isinstance(message, pb.GenerateResponse):
         raise upstream_protocol_error(_ENDED_EARLY)
     return message
@@ -38,33 +38,30 @@ def _stream_error(message: pb.GenerateResponse) -> ErrorBody | None:
 
 
 async def collect(call: GenerateCall, first: pb.GenerateResponse) -> dict[str, Any]:
-    """Reads the whole stream into the non-streaming JSON answer."""
+    """Reads the whole stream into the non-streaming JSON answer (a failed call raises its AioRpcError)."""
     texts: list[str] = []
     token_ids: list[int] = []
     message: pb.GenerateResponse | grpc.aio.EOFType = first
-    try:
-        while isinstance(message, pb.GenerateResponse):
-            texts.append(message.text)
-            token_ids.extend(message.token_ids)
-            finish_reason = finish_reason_name(message.finish_reason)
-            if finish_reason is not None:
-                answer: dict[str, Any] = {
-                    "text": "".join(texts),
-                    "token_ids": token_ids,
-                    "finish_reason": finish_reason,
-                    "usage": usage_to_json(message.usage),
-                }
-                if (error := _stream_error(message)) is not None:
-                    answer["error"] = error.to_json()
-                return answer
-            message = await call.read()
-    except grpc.aio.AioRpcError as exc:
-        raise from_rpc_error(exc, json_field=json_field_for) from exc
+    while isinstance(message, pb.GenerateResponse):
+        texts.append(message.text)
+        token_ids.extend(message.token_ids)
+        finish_reason = finish_reason_name(message.finish_reason)
+        if finish_reason is not None:
+            answer: dict[str, Any] = {
+                "text": "".join(texts),
+                "token_ids": token_ids,
+                "finish_reason": finish_reason,
+                "usage": usage_to_json(message.usage),
+            }
+            if (error := _stream_error(message)) is not None:
+                answer["error"] = error.to_json()
+            return answer
+        message = await call.read()
     raise upstream_protocol_error(_ENDED_EARLY)
 
 
 async def relay_events(
-    call: GenerateCall, first: pb.GenerateResponse, *, heartbeat_s: float
+    call: GenerateCall, first: pb.GenerateResponse, *, heartbeat_s: float, reconnect_s: float
 ) -> AsyncIterator[bytes]:
     """SSE events for the stream: `token` per message with output, then exactly one `done` or `error`.
 
@@ -87,7 +84,8 @@ async def relay_events(
             try:
                 received = pending.result()
             except grpc.aio.AioRpcError as exc:
-                yield sse.error_event(from_rpc_error(exc, json_field=json_field_for).body)
+                error = from_rpc_error(exc, json_field=json_field_for, reconnect_s=reconnect_s)
+                yield sse.error_event(error.body)
                 return
             if not isinstance(received, pb.GenerateResponse):
                 yield sse.error_event(upstream_protocol_error(_ENDED_EARLY).body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -18,13 +19,30 @@ from pydantic import (
 from clients.types import PriorityName
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
+# numpy's limit on the number of dimensions; the shape's product is computed, so its length is bounded.
+MAX_RANK = 64
 
+
+def _utf8(text: str) -> str:
+    # JSON may spell a lone surrogate ("\udc80"), which no UTF-8 protobuf string can carry.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"must be Unicode text; character {exc.start} is a lone surrogate") from None
+    return text
+
+
+# Every string field of a body is Text: it reaches protobuf, which accepts only valid UTF-8.
+Text = Annotated[str, AfterValidator(_utf8)]
 DTypeName = Literal["FLOAT32", "FLOAT64", "FLOAT16", "INT32", "INT64", "BOOL", "STRING"]
 # Strict so that `true` is never read as 1 and "1" never as a number; translate.py checks per dtype.
-Element = StrictBool | StrictInt | StrictFloat | StrictStr
-Scalar = StrictBool | StrictInt | StrictFloat | StrictStr
+Scalar = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, AfterValidator(_utf8)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=_INT32_MAX)]
+# A dimension travels as int64.
+Dim = Annotated[int, Field(ge=0, le=_INT64_MAX)]
 
 
 class _Body(BaseModel):
@@ -34,10 +52,10 @@ class _Body(BaseModel):
 class TensorIn(_Body):
     """One input tensor: row-major `data`, or little-endian bytes in base64 as `data_b64`."""
 
-    name: str = Field(min_length=1)
+    name: Text = Field(min_length=1)
     dtype: DTypeName
-    shape: list[Annotated[int, Field(ge=0)]]
-    data: list[Element] | None = None
+    shape: list[Dim] = Field(max_length=MAX_RANK)
+    data: list[Scalar] | None = None
     data_b64: str | None = None
 
     @model_validator(mode="after")
@@ -52,28 +70,28 @@ class TensorIn(_Body):
 class InferBody(_Body):
     """POST /v1/infer."""
 
-    model: str = Field(min_length=1)
+    model: Text = Field(min_length=1)
     inputs: list[TensorIn] = Field(min_length=1)
-    parameters: dict[str, Scalar] = Field(default_factory=dict)
+    parameters: dict[Text, Scalar] = Field(default_factory=dict)
     priority: PriorityName | None = None
-    request_id: str | None = None
+    request_id: Text | None = None
 
 
 class GenerateBody(_Body):
     """POST /v1/generate; sampling ranges are the server's to judge, so only wire ranges are checked here."""
 
-    model: str = Field(min_length=1)
-    prompt: str | None = None
+    model: Text = Field(min_length=1)
+    prompt: Text | None = None
     prompt_token_ids: list[Int32] | None = None
     max_tokens: Int32 | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: Int32 | None = None
     seed: Annotated[int, Field(ge=0, le=_UINT64_MAX)] | None = None
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     stream: StrictBool = False
     priority: PriorityName | None = None
-    request_id: str | None = None
+    request_id: Text | None = None
 
     @model_validator(mode="after")
     def _one_prompt(self) -> GenerateBody:

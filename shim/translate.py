@@ -4,18 +4,21 @@ and the renaming of the server's proto field paths to the JSON names the HTTP ca
 from __future__ import annotations
 
 import base64
-import binascii
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from google.protobuf import duration_pb2, json_format
 from sluice.inference.v1 import inference_pb2 as pb
 
-from clients.codec import WIRE_DTYPES, decode_raw_contents, encode_parameters, typed_contents
-from shim.errors import FieldViolation, invalid_argument
-from shim.schemas import Element, GenerateBody, InferBody, TensorIn
+from clients.codec import WIRE_DTYPES, decode_raw_contents, typed_contents
+from clients.messages import build_generate_request, infer_request
+from clients.types import PriorityName
+from shim.errors import FieldViolation
+from shim.refusals import invalid_argument
+from shim.schemas import GenerateBody, InferBody, Scalar, TensorIn
 
 DTYPE_BY_NAME: Mapping[str, pb.DataType.ValueType] = {
     "FLOAT32": pb.DATA_TYPE_FLOAT32,
@@ -37,6 +40,7 @@ _JSON_FIELD_BY_PROTO: Mapping[str, str] = {
     "contents": "data",
 }
 _INPUT_PATH = re.compile(r"^(inputs\[\d+\])\.(.+)$")
+_FLOAT_TYPES = (pb.DATA_TYPE_FLOAT32, pb.DATA_TYPE_FLOAT64, pb.DATA_TYPE_FLOAT16)
 
 
 def json_field_for(proto_path: str) -> str:
@@ -51,7 +55,7 @@ def json_field_for(proto_path: str) -> str:
 
 
 def _elements_of(
-    values: Sequence[Element], accepted: tuple[type, ...], *, field: str, dtype: str
+    values: Sequence[Scalar], accepted: tuple[type, ...], *, field: str, dtype: str
 ) -> list[Any]:
     for value in values:
         # bool is an int in Python, so an explicit check keeps `true` out of numeric tensors.
@@ -73,7 +77,7 @@ def tensor_to_proto(tensor: TensorIn, index: int) -> pb.Tensor:
         field = f"inputs[{index}].data_b64"
         try:
             raw = base64.b64decode(tensor.data_b64, validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or a str that is not ASCII
             raise invalid_argument(
                 f"{field} is not valid base64",
                 reason="INVALID_TENSOR_DATA",
@@ -102,8 +106,8 @@ def tensor_to_proto(tensor: TensorIn, index: int) -> pb.Tensor:
             contents.bool_contents.extend(_elements_of(data, (bool,), field=field, dtype=tensor.dtype))
         else:
             contents.string_contents.extend(_elements_of(data, (str,), field=field, dtype=tensor.dtype))
-    except ValueError as exc:
-        # protobuf refuses integers outside the field's range.
+    except (ValueError, OverflowError) as exc:
+        # protobuf refuses integers outside the field's range, and floats past a double's.
         raise invalid_argument(
             f"{field} holds a value out of range for {tensor.dtype}",
             reason="INVALID_TENSOR_DATA",
@@ -120,24 +124,27 @@ def _count_mismatch(field: str, got: str, expected: str, shape: Sequence[int]) -
     )
 
 
-def infer_request_to_proto(body: InferBody, *, priority: pb.Priority.ValueType) -> pb.InferRequest:
-    """The InferRequest for a JSON body; outputs are asked for as raw bytes, decoded without a copy."""
+def infer_request_to_proto(body: InferBody, *, priority: PriorityName | None) -> pb.InferRequest:
+    """The InferRequest for a JSON body (clients.messages builds it); outputs come back as raw bytes."""
+    tensors = [tensor_to_proto(tensor, index) for index, tensor in enumerate(body.inputs)]
     try:
-        parameters = encode_parameters(body.parameters)
+        return infer_request(
+            body.model, tensors, priority=priority, request_id=body.request_id, parameters=body.parameters
+        )
     except ValueError as exc:
         raise invalid_argument(
             "a parameter is out of range",
             reason="INVALID_PARAMETER",
             violations=(FieldViolation("parameters", str(exc)),),
         ) from exc
-    return pb.InferRequest(
-        model=body.model,
-        inputs=[tensor_to_proto(tensor, index) for index, tensor in enumerate(body.inputs)],
-        parameters=parameters,
-        priority=priority,
-        request_id=body.request_id or "",
-        typed_outputs=False,
-    )
+
+
+def _json_floats(values: list[Any]) -> list[Any]:
+    # JSON has no NaN or Infinity; proto3's JSON mapping writes them as these strings.
+    return [value if math.isfinite(value) else _NON_FINITE[str(value)] for value in values]
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def tensor_to_json(tensor: pb.Tensor) -> dict[str, Any]:
@@ -148,9 +155,14 @@ def tensor_to_json(tensor: pb.Tensor) -> dict[str, Any]:
     elif tensor.dtype not in WIRE_DTYPES:
         data = []
     elif tensor.raw_contents:
-        data = decode_raw_contents(tensor).ravel().tolist()
+        array = decode_raw_contents(tensor)
+        data = array.ravel().tolist()
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            data = _json_floats(data)
     else:
         data = list(typed_contents(tensor))
+        if tensor.dtype in _FLOAT_TYPES and not all(map(math.isfinite, data)):
+            data = _json_floats(data)
     return {
         "name": tensor.name,
         "dtype": NAME_BY_DTYPE.get(tensor.dtype, "DATA_TYPE_UNSPECIFIED"),
@@ -177,29 +189,21 @@ def infer_response_to_json(response: pb.InferResponse) -> dict[str, Any]:
     }
 
 
-def generate_request_to_proto(body: GenerateBody, *, priority: pb.Priority.ValueType) -> pb.GenerateRequest:
-    """The GenerateRequest for a JSON body; unset sampling fields stay unset so server defaults apply."""
-    sampling = pb.SamplingParams()
-    if body.max_tokens is not None:
-        sampling.max_tokens = body.max_tokens
-    if body.temperature is not None:
-        sampling.temperature = body.temperature
-    if body.top_p is not None:
-        sampling.top_p = body.top_p
-    if body.top_k is not None:
-        sampling.top_k = body.top_k
-    if body.seed is not None:
-        sampling.seed = body.seed
-    if body.stop is not None:
-        sampling.stop.extend([body.stop] if isinstance(body.stop, str) else body.stop)
-    request = pb.GenerateRequest(
-        model=body.model, sampling=sampling, priority=priority, request_id=body.request_id or ""
+def generate_request_to_proto(body: GenerateBody, *, priority: PriorityName | None) -> pb.GenerateRequest:
+    """The GenerateRequest for a JSON body (clients.messages builds it); unset sampling stays unset."""
+    prompt = body.prompt if body.prompt is not None else body.prompt_token_ids or []
+    return build_generate_request(
+        body.model,
+        prompt,
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        stop=body.stop,
+        priority=priority,
+        request_id=body.request_id,
     )
-    if body.prompt is not None:
-        request.text = body.prompt
-    else:
-        request.token_ids.ids.extend(body.prompt_token_ids or [])
-    return request
 
 
 def usage_to_json(usage: pb.Usage) -> dict[str, int]:

@@ -1,12 +1,16 @@
-"""Probes: /healthz says the shim process is alive; /readyz asks the upstream's grpc.health.v1 service."""
+"""Probes: /healthz says the shim process is alive; /readyz says whether it can take work now: a free
+in-flight slot of its own, and an upstream whose grpc.health.v1 service ("") reports SERVING."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import grpc
 from fastapi import APIRouter, Request
 from grpc_health.v1 import health_pb2
 from starlette.responses import JSONResponse
 
+from shim.admission import InflightBound
 from shim.channel import settings_of, upstream_of
 
 router = APIRouter()
@@ -17,18 +21,33 @@ async def healthz() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
+def _unready(reason: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"status": "unready", "reason": reason, "message": message, **extra}, status_code=503)
+
+
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready only when the server reports SERVING for the overall service ("")."""
+    """200 when a request sent now would be admitted and served; 503 with the reason otherwise."""
+    bound: InflightBound = request.app.state.inflight
+    slots = {"inflight": bound.inflight, "max_inflight": bound.limit}
+    if bound.full:
+        return _unready(
+            "SHIM_OVERLOADED", f"every one of the shim's {bound.limit} in-flight slots is held", **slots
+        )
     try:
         response = await upstream_of(request).health.Check(
             health_pb2.HealthCheckRequest(service=""), timeout=settings_of(request).ready_timeout_s
         )
     except grpc.aio.AioRpcError as exc:
-        return JSONResponse({"status": "unready", "upstream": exc.code().name}, status_code=503)
+        return _unready(
+            "UPSTREAM_UNAVAILABLE",
+            f"the upstream health check failed: {exc.details() or exc.code().name}",
+            upstream=exc.code().name,
+            **slots,
+        )
     upstream = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-    serving = response.status == health_pb2.HealthCheckResponse.SERVING
-    return JSONResponse(
-        {"status": "ready" if serving else "unready", "upstream": upstream},
-        status_code=200 if serving else 503,
-    )
+    if response.status != health_pb2.HealthCheckResponse.SERVING:
+        return _unready(
+            "UPSTREAM_NOT_SERVING", f"the upstream reports {upstream}", upstream=upstream, **slots
+        )
+    return JSONResponse({"status": "ready", "upstream": upstream, **slots})

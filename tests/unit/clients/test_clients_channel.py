@@ -39,3 +39,15 @@ def test_check_timeout() -> None:
     assert check_timeout(1.5) == 1.5
     with pytest.raises(ValueError, match="timeout"):
         check_timeout(-1)
+
+
+def test_reconnect_backoff_is_bounded_by_one_setting() -> None:
+    options = dict(channel_options(ChannelSettings()))
+    # gRPC's defaults (1 s growing to 120 s) would leave a restarted server unused for minutes.
+    assert options["grpc.initial_reconnect_backoff_ms"] == 1000
+    assert options["grpc.min_reconnect_backoff_ms"] == 1000
+    assert options["grpc.max_reconnect_backoff_ms"] == 1000
+    quick = dict(channel_options(ChannelSettings(reconnect_backoff_s=0.25)))
+    assert quick["grpc.max_reconnect_backoff_ms"] == 250
+    with pytest.raises(ValueError, match="reconnect_backoff_s"):
+        ChannelSettings(reconnect_backoff_s=0)

@@ -26,7 +26,11 @@ from clients.errors import (
 
 
 def _rpc_error(
-    code: grpc.StatusCode, message: str, *details: object, details_message: str | None = None
+    code: grpc.StatusCode,
+    message: str,
+    *details: object,
+    details_message: str | None = None,
+    details_code: grpc.StatusCode | None = None,
 ) -> aio.AioRpcError:
     """A real AioRpcError whose trailers carry `grpc-status-details-bin`, as grpc_status encodes it."""
     packed = []
@@ -34,7 +38,9 @@ def _rpc_error(
         holder = any_pb2.Any()
         holder.Pack(detail)
         packed.append(holder)
-    rich = status_pb2.Status(code=code.value[0], message=details_message or message, details=packed)
+    rich = status_pb2.Status(
+        code=(details_code or code).value[0], message=details_message or message, details=packed
+    )
     trailers = rpc_status.to_status(rich).trailing_metadata if details else ()
     return aio.AioRpcError(code, aio.Metadata(), aio.Metadata(*trailers), message, None)
 
@@ -89,11 +95,27 @@ def test_bad_request_field_violations_are_decoded() -> None:
     assert error.field_violations == [("sampling.top_p", "must be in (0, 1]"), ("model", "must not be empty")]
 
 
-def test_inconsistent_details_fall_back_to_the_transport_status() -> None:
+def test_details_of_another_code_fall_back_to_the_transport_status() -> None:
     info = error_details_pb2.ErrorInfo(reason="STALE")
-    error = error_from_rpc(_rpc_error(grpc.StatusCode.NOT_FOUND, "gone", info, details_message="other"))
+    error = error_from_rpc(
+        _rpc_error(grpc.StatusCode.NOT_FOUND, "gone", info, details_code=grpc.StatusCode.INTERNAL)
+    )
     assert isinstance(error, NotFoundError)
     assert (error.message, error.reason) == ("gone", None)
+
+
+def test_details_survive_a_rewritten_message_but_the_transport_message_wins() -> None:
+    info = error_details_pb2.ErrorInfo(reason="QUEUE_FULL")
+    error = error_from_rpc(_rpc_error(grpc.StatusCode.NOT_FOUND, "gone", info, details_message="other"))
+    assert isinstance(error, NotFoundError)
+    assert (error.message, error.reason) == ("gone", "QUEUE_FULL")
+
+
+def test_unparsable_details_are_ignored() -> None:
+    trailers = aio.Metadata(("grpc-status-details-bin", b"\xff\xff not a status"))
+    error = error_from_rpc(aio.AioRpcError(grpc.StatusCode.INTERNAL, aio.Metadata(), trailers, "boom", None))
+    assert isinstance(error, InternalError)
+    assert (error.message, error.reason) == ("boom", None)
 
 
 def test_typed_errors_chains_the_grpc_error() -> None:

@@ -1,5 +1,6 @@
 """Fixtures for the shim's unit tests: a deterministic in-process InferenceService on port 0, and the
-shim itself served by a real uvicorn on port 0 (SSE and disconnects need a real HTTP server)."""
+shim itself served by a real uvicorn on port 0 with the shim's own socket, configuration and connection
+protocol (SSE, disconnects and connection timers need a real HTTP server)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import httpx
 import pytest
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from raw_http import RawConnections
 from shim_fakes import FakeInference
 from sluice.inference.v1 import inference_pb2_grpc
 
 from shim.app import create_app
 from shim.config import ShimSettings
+from shim.connections import ConnectionPool
+from shim.serving import bind_socket, server_config
 
 
 @pytest.fixture
@@ -62,11 +66,22 @@ class _ReadyServer(uvicorn.Server):
 @dataclass
 class RunningShim:
     base_url: str
+    port: int
     app: Any
     client: httpx.AsyncClient
+    pool: ConnectionPool  # the connections uvicorn holds for this shim
 
 
 ShimFactory = Callable[..., Awaitable[RunningShim]]
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Waits until `predicate` holds, for state that offers nothing to await (counts kept by uvicorn)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():  # nothing to await: uvicorn keeps these counts without signalling
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -77,17 +92,18 @@ async def start_shim(upstream: Upstream) -> AsyncIterator[ShimFactory]:
     async def start(**overrides: Any) -> RunningShim:
         settings = ShimSettings(upstream=overrides.pop("upstream", upstream.target), port=0, **overrides)
         app = create_app(settings)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        server = _ReadyServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        sock = bind_socket("127.0.0.1", 0)
+        config = server_config(app, settings, max_connections=settings.max_connections or 1000)
+        server = _ReadyServer(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         await asyncio.wait({task, asyncio.ensure_future(server.ready.wait())}, return_when="FIRST_COMPLETED")
         assert server.started, "uvicorn did not start"
-        base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        port = int(sock.getsockname()[1])
+        base_url = f"http://127.0.0.1:{port}"
         client = httpx.AsyncClient(base_url=base_url, timeout=10.0)
         running.append((server, task, client, sock))
-        return RunningShim(base_url=base_url, app=app, client=client)
+        pool = config.http.pool  # type: ignore[union-attr]
+        return RunningShim(base_url=base_url, port=port, app=app, client=client, pool=pool)
 
     try:
         yield start
@@ -102,3 +118,13 @@ async def start_shim(upstream: Upstream) -> AsyncIterator[ShimFactory]:
 @pytest.fixture
 async def shim(start_shim: ShimFactory) -> RunningShim:
     return await start_shim(sse_heartbeat_s=30.0)
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[RawConnections]:
+    """Raw HTTP/1.1 connections for hostile-client tests; all closed after the test."""
+    connections = RawConnections()
+    try:
+        yield connections
+    finally:
+        await connections.close_all()

@@ -1,13 +1,29 @@
-"""errors.py: the code -> HTTP table and the decoding of google.rpc rich status details."""
+"""errors.py: the code -> HTTP table, the decoding of google.rpc rich status details, transport failures,
+the clipping of everything an error echoes; refusals.py: the shim's own refusals."""
 
 from __future__ import annotations
+
+import json
 
 import grpc
 import pytest
 from google.rpc import code_pb2
 from shim_fakes import rich_status
 
-from shim.errors import HTTP_STATUS_BY_CODE, from_rpc_error, from_stream_error, http_status_for
+from shim.errors import (
+    HTTP_STATUS_BY_CODE,
+    MAX_ECHO_CHARS,
+    MAX_LISTED,
+    ErrorBody,
+    FieldViolation,
+    ShimError,
+    clip,
+    from_rpc_error,
+    from_stream_error,
+    http_status_for,
+    upstream_errors,
+)
+from shim.refusals import internal_error, request_timeout, shim_overloaded, unsupported_media_type
 from shim.translate import json_field_for
 
 
@@ -119,3 +135,102 @@ def test_stream_error_status_uses_the_code_name() -> None:
     assert body.to_json()["code"] == "INTERNAL"
     assert body.reason == "MODEL_ERROR"
     assert from_stream_error(999, "?", "").to_json()["code"] == "UNKNOWN"
+
+
+def test_a_transport_failure_is_upstream_unavailable_with_retry_after() -> None:
+    refused = grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        "failed to connect to all addresses; last error: Connection refused",
+    )
+    error = from_rpc_error(refused, reconnect_s=2.5)
+    assert error.status == 503
+    assert error.headers == {"Retry-After": "3"}
+    assert error.body.reason == "UPSTREAM_UNAVAILABLE"
+    assert error.body.domain == "shim.sluice"
+    assert error.body.message == (
+        "the upstream server is unavailable: "
+        "failed to connect to all addresses; last error: Connection refused"
+    )
+
+
+def test_an_unavailable_from_the_server_keeps_its_own_reason() -> None:
+    status = rich_status(code_pb2.UNAVAILABLE, "warming up", reason="NOT_READY", retry_after_s=4)
+    error = from_rpc_error(_rpc_error(status))
+    assert (error.body.reason, error.body.domain, error.body.message) == (
+        "NOT_READY",
+        "sluice.inference.v1",
+        "warming up",
+    )
+    assert error.headers == {"Retry-After": "4"}
+
+
+def test_upstream_errors_reraises_a_failed_call_as_its_shim_error() -> None:
+    status = rich_status(
+        code_pb2.INVALID_ARGUMENT, "bad", reason="INVALID_ARGUMENT", violations=(("text", "empty"),)
+    )
+    original = _rpc_error(status)
+    with pytest.raises(ShimError) as caught, upstream_errors(json_field=json_field_for):
+        raise original
+    assert caught.value.__cause__ is original
+    assert caught.value.status == 400
+    assert caught.value.body.field_violations[0].field == "prompt"
+    with pytest.raises(KeyError), upstream_errors():
+        raise KeyError("not a gRPC error: untouched")
+
+
+def test_every_echoed_text_is_clipped_with_its_length() -> None:
+    long = "x" * 100_000
+    body = ErrorBody(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"prompt holds {long!r}",
+        reason=long,
+        domain=long,
+        metadata={long: long, **{f"k{i}": "v" for i in range(99)}},
+        field_violations=tuple(FieldViolation(long, long, proto_field=long) for _ in range(50)),
+    )
+    encoded = json.dumps(ShimError(body).to_json())
+    assert len(encoded) < 64 * 1024
+    error = json.loads(encoded)["error"]
+    marker = "…[clipped: 100000 chars]"
+    assert error["message"] == f"prompt holds '{'x' * (MAX_ECHO_CHARS - 14)}…[clipped: 100015 chars]"
+    assert error["reason"] == error["domain"] == "x" * MAX_ECHO_CHARS + marker
+    assert len(error["metadata"]) == MAX_LISTED + 1
+    assert error["metadata"]["…"] == f"{100 - MAX_LISTED} more entries not shown"
+    violations = error["field_violations"]
+    assert len(violations) == MAX_LISTED + 1
+    assert {violations[0]["field"], violations[0]["description"], violations[0]["proto_field"]} == {
+        "x" * MAX_ECHO_CHARS + marker
+    }
+    assert violations[-1] == {
+        "field": "…",
+        "description": f"{50 - MAX_LISTED} more field violations not shown",
+    }
+
+
+def test_short_texts_are_echoed_unchanged() -> None:
+    assert clip("prompt holds 'hé'") == "prompt holds 'hé'"
+    assert len(clip("y" * MAX_ECHO_CHARS)) == MAX_ECHO_CHARS
+
+
+def test_a_lone_surrogate_in_an_echo_is_escaped_so_the_body_encodes() -> None:
+    body = ErrorBody(
+        grpc.StatusCode.INVALID_ARGUMENT, "bad \udc80", field_violations=(FieldViolation("p.\ud800", "d"),)
+    )
+    assert body.message == "bad \\udc80"
+    assert body.field_violations[0].field == "p.\\ud800"
+    json.dumps(body.to_json(), ensure_ascii=False).encode("utf-8")
+
+
+def test_the_shims_own_refusals_say_what_to_do() -> None:
+    slow = request_timeout("body", 30.0)
+    assert (slow.status, slow.headers) == (408, {"Connection": "close"})
+    media = unsupported_media_type("text/plain")
+    assert media.status == 415
+    assert "application/json" in media.body.message and "'text/plain'" in media.body.message
+    assert unsupported_media_type(None).body.message.endswith("got no Content-Type")
+    overloaded = shim_overloaded(4)
+    assert (overloaded.status, overloaded.headers) == (503, {"Retry-After": "1"})
+    crash = internal_error(ZeroDivisionError())
+    assert (crash.status, crash.body.reason) == (500, "SHIM_INTERNAL_ERROR")

@@ -10,6 +10,7 @@ import pytest
 from shim_fakes import MODEL_INFO
 from sluice.inference.v1 import inference_pb2 as pb
 
+from clients.messages import build_generate_request, infer_request
 from shim import translate
 from shim.errors import ShimError
 from shim.schemas import GenerateBody, InferBody, TensorIn
@@ -91,7 +92,7 @@ def test_infer_request_carries_parameters_priority_and_asks_for_raw_outputs() ->
             "request_id": "r-1",
         }
     )
-    message = translate.infer_request_to_proto(body, priority=pb.PRIORITY_HIGH)
+    message = translate.infer_request_to_proto(body, priority="high")
     assert message.typed_outputs is False
     assert message.priority == pb.PRIORITY_HIGH
     assert message.request_id == "r-1"
@@ -152,7 +153,7 @@ def test_proto_paths_become_json_names(proto_path: str, json_name: str) -> None:
 
 def test_generate_request_sets_only_the_sampling_fields_given() -> None:
     body = GenerateBody.model_validate({"model": "g", "prompt": "hi", "temperature": 0.0, "stop": "\n"})
-    message = translate.generate_request_to_proto(body, priority=pb.PRIORITY_LOW)
+    message = translate.generate_request_to_proto(body, priority="low")
     assert message.WhichOneof("prompt") == "text"
     assert message.sampling.HasField("temperature")
     assert message.sampling.temperature == 0.0
@@ -174,13 +175,14 @@ def test_generate_request_with_token_ids_and_all_sampling() -> None:
             "stop": ["a", "b"],
         }
     )
-    message = translate.generate_request_to_proto(body, priority=pb.PRIORITY_UNSPECIFIED)
+    message = translate.generate_request_to_proto(body, priority=None)
     assert list(message.token_ids.ids) == [5, 6]
     assert message.sampling.max_tokens == 4
     assert math.isclose(message.sampling.top_p, 0.5)
     assert message.sampling.top_k == 2
     assert message.sampling.seed == 2**63
     assert list(message.sampling.stop) == ["a", "b"]
+    assert message.priority == pb.PRIORITY_UNSPECIFIED
 
 
 def test_model_info_json_keeps_proto_names_and_zero_values() -> None:
@@ -190,3 +192,37 @@ def test_model_info_json_keeps_proto_names_and_zero_values() -> None:
     assert info["inputs"][0]["dtype"] == "DATA_TYPE_FLOAT32"
     assert info["limits"]["max_batch_size"] == 8
     assert info["limits"]["context_length"] == 0
+
+
+def test_requests_are_the_ones_the_client_library_builds() -> None:
+    body = GenerateBody.model_validate(
+        {"model": "g", "prompt": "hi", "max_tokens": 3, "stop": ["a"], "seed": 9, "request_id": "r"}
+    )
+    assert translate.generate_request_to_proto(body, priority="high") == build_generate_request(
+        "g",
+        "hi",
+        max_tokens=3,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        seed=9,
+        stop=["a"],
+        priority="high",
+        request_id="r",
+    )
+    infer = InferBody.model_validate(
+        {
+            "model": "m",
+            "inputs": [{"name": "x", "dtype": "INT32", "shape": [1], "data": [4]}],
+            "parameters": {"k": 1},
+        }
+    )
+    sent = translate.infer_request_to_proto(infer, priority=None)
+    assert sent == infer_request(
+        "m",
+        [translate.tensor_to_proto(infer.inputs[0], 0)],
+        priority=None,
+        request_id=None,
+        parameters={"k": 1},
+    )
+    assert sent.typed_outputs is False

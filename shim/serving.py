@@ -1,0 +1,113 @@
+"""How the shim process serves: its logging (bounded), its descriptor budget and the connection cap
+derived from it, the listening socket, and the uvicorn server running create_app() with the shim's
+connection protocol (shim.connections)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import socket
+from typing import Any
+
+import uvicorn
+
+from process.limits import RESERVED_FDS, raise_fd_limit
+from process.log_limits import install_repeat_filter
+from shim.app import create_app
+from shim.config import ShimSettings
+from shim.connections import ConnectionLimits, protocol_class
+
+logger = logging.getLogger("shim")
+
+# asyncio accepts up to `backlog` connections per wake-up, and each keeps its descriptor for three loop
+# iterations before the pool can have closed it or another one (accepted; admitted, the longest-idle one
+# closed; closed). Three bursts in flight (96) and the process's own few dozen descriptors fit well in the
+# reserve kept beyond the cap, so accept() never meets EMFILE.
+ACCEPT_BURST = RESERVED_FDS // 8
+# asyncio also listens with `backlog`; the kernel's queue of connections not yet accepted holds no
+# descriptor of ours, so it is set back to uvicorn's default once serving: a burst of connections waits
+# there instead of having its SYNs dropped (a second's retry each).
+LISTEN_QUEUE = 2048
+
+
+def configure_logging() -> None:
+    """One stderr handler for every logger (uvicorn's and asyncio's propagate to it), behind a filter
+    that lets a few records of a kind through per minute: a repeated failure cannot fill the disk."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    install_repeat_filter()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that `--port 0` can report the port the kernel chose.
+
+    Created with IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose protocol
+    says TCP, and without it Nagle's algorithm and delayed ACKs add ~40 ms to a small response.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(LISTEN_QUEUE)
+    sock.set_inheritable(True)
+    return sock
+
+
+def server_config(app: Any, settings: ShimSettings, *, max_connections: int) -> uvicorn.Config:
+    """uvicorn's configuration for `app`: the shim's connection protocol, and no logging setup of its own."""
+    limits = ConnectionLimits(
+        max_connections=max_connections,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        idle_timeout_s=settings.idle_timeout_s,
+    )
+    return uvicorn.Config(
+        app,
+        http=protocol_class(limits),
+        lifespan="on",
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        backlog=ACCEPT_BURST,
+        # The protocol closes idle connections itself; uvicorn's own timer is a backstop.
+        timeout_keep_alive=math.ceil(settings.idle_timeout_s),
+        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
+    )
+
+
+class AnnouncingServer(uvicorn.Server):
+    """Prints the listening line once uvicorn has started; launchers and tests wait for it."""
+
+    def __init__(self, config: uvicorn.Config, *, settings: ShimSettings, port: int) -> None:
+        super().__init__(config)
+        self._settings = settings
+        self._port = port
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(LISTEN_QUEUE)  # asyncio listened with the accept burst
+        if self.started:
+            host = f"[{self._settings.host}]" if ":" in self._settings.host else self._settings.host
+            print(
+                f"sluice shim listening on http://{host}:{self._port} (upstream {self._settings.upstream})",
+                flush=True,
+            )
+
+
+def run(settings: ShimSettings) -> int:
+    """Serves until SIGINT or SIGTERM; returns the exit code."""
+    configure_logging()
+    budget = raise_fd_limit()
+    max_connections = budget.connection_cap(settings.max_connections)
+    logger.info("%s; holding at most %d HTTP connections", budget.describe(), max_connections)
+    sock = bind_socket(settings.host, settings.port)
+    port = int(sock.getsockname()[1])
+    config = server_config(create_app(settings), settings, max_connections=max_connections)
+    server = AnnouncingServer(config, settings=settings, port=port)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        sock.close()
+    return 0
