@@ -49,8 +49,10 @@ class ShimChild(Child):
     port = 0
     url = ""
 
-    def __init__(self, flags: Sequence[str], **options: Any) -> None:
-        super().__init__("shim", [sys.executable, "-m", "shim", *flags], **options)
+    def __init__(
+        self, flags: Sequence[str], *, entry: Sequence[str] = ("-m", "shim"), **options: Any
+    ) -> None:
+        super().__init__("shim", [sys.executable, *entry, *flags], **options)
 
     def wait_listening(self, timeout_s: float = START_TIMEOUT_S, *, rescan: bool = False) -> None:
         match = self.wait_for(_SHIM_LISTENING, timeout_s, rescan=rescan)

@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.processes import ServerProcess, ShimProcess, spawn, wait_until
+from tests.support.processes import ServerProcess, ShimProcess, start_shim, wait_until
 
 FD_LIMIT = 1024
 # The flood holds more connections than the shim's whole descriptor limit, and keeps opening new ones.
@@ -29,23 +29,13 @@ BYSTANDER = {
     "model": "mlp",
     "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}],
 }
-# Runs the shim's own entry point with RLIMIT_NOFILE at 1,024 for both soft and hard limits.
-LIMITED_SHIM = (
-    "import resource, sys\n"
-    f"resource.setrlimit(resource.RLIMIT_NOFILE, ({FD_LIMIT}, {FD_LIMIT}))\n"
-    "from shim.__main__ import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
 
 
 @pytest.fixture
 def limited_shim(server: ServerProcess) -> Iterator[ShimProcess]:
-    args = ["-c", LIMITED_SHIM, "--upstream", server.target, "--host", "127.0.0.1", "--port", "0"]
     # Idle connections stay until the cap makes room, so the flood meets the cap, not the idle timer.
-    args += ["--idle-timeout-s", "60"]
-    shim = spawn(ShimProcess, "shim", args)
+    shim = start_shim(server.target, "--idle-timeout-s", "60", fd_limit=FD_LIMIT)
     try:
-        shim.port = int(shim.wait_for_line(r"listening on http://[^:]+:(\d+)").group(1))
         yield shim
     finally:
         shim.terminate()

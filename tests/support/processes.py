@@ -57,17 +57,21 @@ class ServerProcess(ServerChild, Process):
         return total(self.metrics(), name, **labels)
 
 
+def _entry(module: str, fd_limit: int | None) -> list[str]:
+    """`-m module`, or the same run with RLIMIT_NOFILE set to `fd_limit` (soft and hard) first."""
+    if fd_limit is None:
+        return ["-m", module]
+    return [
+        "-c",
+        f"import resource, runpy; resource.setrlimit(resource.RLIMIT_NOFILE, ({fd_limit}, {fd_limit})); "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)",
+    ]
+
+
 def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = None) -> ServerProcess:
     """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE."""
-    entry = ["-m", "server"]
-    if fd_limit is not None:
-        entry = [
-            "-c",
-            f"import resource, runpy; resource.setrlimit(resource.RLIMIT_NOFILE, ({fd_limit}, {fd_limit})); "
-            "runpy.run_module('server', run_name='__main__', alter_sys=True)",
-        ]
     base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
-    server = ServerProcess([*base, *flags], entry=entry, **_options("server"))
+    server = ServerProcess([*base, *flags], entry=_entry("server", fd_limit), **_options("server"))
     server.wait_listening(START_TIMEOUT_S, rescan=True)
     if wait_ready:
         server.wait_ready(START_TIMEOUT_S, rescan=True)
@@ -78,9 +82,12 @@ class ShimProcess(ShimChild, Process):
     pass
 
 
-def start_shim(upstream: str, *flags: str) -> ShimProcess:
+def start_shim(upstream: str, *flags: str, fd_limit: int | None = None) -> ShimProcess:
+    """`python -m shim` in front of `upstream` on port 0; `fd_limit` as for start_server."""
     shim = ShimProcess(
-        ["--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags], **_options("shim")
+        ["--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags],
+        entry=_entry("shim", fd_limit),
+        **_options("shim"),
     )
     shim.wait_listening(START_TIMEOUT_S, rescan=True)
     return shim
