@@ -136,7 +136,7 @@ def run_side(
                 out[callers] = measure_h2load_point(
                     protocol=side.protocol,
                     target=target,
-                    service_pid=service.pid,
+                    service_pids=[service.pid],
                     metrics_port=metrics_port,
                     callers=callers,
                     window=window,
@@ -145,7 +145,7 @@ def run_side(
                 out[callers] = measure_point(
                     protocol=side.protocol,
                     target=target,
-                    service_pid=service.pid,
+                    service_pids=[service.pid],
                     callers=callers,
                     window=window,
                 )

@@ -56,6 +56,17 @@ def infer_request_bytes() -> bytes:
     return pb.InferRequest(model="mlp", inputs=[tensor]).SerializeToString()
 
 
+def http_request(api: str) -> tuple[str, bytes]:
+    """(path, JSON body) of one Infer call: the naive service's `{"x": [...]}` or Sluice's native API
+    through the shim (the same 512 floats as a JSON list)."""
+    if api == "naive":
+        return "/infer", json.dumps({"x": input_vector()}).encode()
+    if api == "sluice":
+        tensor = {"name": "x", "dtype": "FLOAT32", "shape": [FEATURES], "data": input_vector()}
+        return "/v1/infer", json.dumps({"model": "mlp", "inputs": [tensor]}).encode()
+    raise ValueError(f"unknown HTTP API {api!r}: naive or sluice")
+
+
 def grpc_infer(target: str, *, timeout_s: float) -> Endpoint:
     channel = grpc.aio.insecure_channel(target)
     infer = channel.unary_unary(INFER_METHOD, request_serializer=None, response_deserializer=None)
@@ -79,18 +90,18 @@ def grpc_infer(target: str, *, timeout_s: float) -> Endpoint:
     return Endpoint(call, ready, close)
 
 
-def http_infer(base_url: str, *, timeout_s: float, connections: int) -> Endpoint:
+def http_infer(base_url: str, *, timeout_s: float, connections: int, api: str = "naive") -> Endpoint:
     client = httpx.AsyncClient(
         base_url=base_url,
         timeout=timeout_s,
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
-    body = json.dumps({"x": input_vector()}).encode()
+    path, body = http_request(api)
     headers = {"content-type": "application/json"}
 
     async def call(keep_body: bool) -> CallResult:
         try:
-            response = await client.post("/infer", content=body, headers=headers)
+            response = await client.post(path, content=body, headers=headers)
         except httpx.HTTPError as exc:
             return CallResult(Outcome.ERROR, type(exc).__name__)
         if response.status_code == 503:
@@ -108,12 +119,12 @@ def http_infer(base_url: str, *, timeout_s: float, connections: int) -> Endpoint
     return Endpoint(call, ready, close)
 
 
-def raw_http_infer(host: str, port: int, *, timeout_s: float) -> Endpoint:
+def raw_http_infer(host: str, port: int, *, timeout_s: float, api: str = "naive") -> Endpoint:
     """HTTP/1.1 keep-alive over asyncio streams with a pre-built request: a load generator that costs a
     fraction of httpx per call (measured in the `client cores` column), leaving the cores to the service."""
-    body = json.dumps({"x": input_vector()}).encode()
+    path, body = http_request(api)
     request = (
-        f"POST /infer HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\n\r\n"
     ).encode() + body
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []

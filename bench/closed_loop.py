@@ -68,10 +68,12 @@ async def run(args: argparse.Namespace) -> WindowRecord:
     if args.protocol == "grpc":
         endpoint = grpc_infer(args.target, timeout_s=args.timeout_s)
     elif args.protocol == "httpx":
-        endpoint = http_infer(f"http://{args.target}", timeout_s=args.timeout_s, connections=args.callers)
+        endpoint = http_infer(
+            f"http://{args.target}", timeout_s=args.timeout_s, connections=args.callers, api=args.http_api
+        )
     else:
         host, port = args.target.rsplit(":", 1)
-        endpoint = raw_http_infer(host, int(port), timeout_s=args.timeout_s)
+        endpoint = raw_http_infer(host, int(port), timeout_s=args.timeout_s, api=args.http_api)
     record = WindowRecord()
     bodies: list[bytes] = []
     try:
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.closed_loop", description=__doc__)
     parser.add_argument("--protocol", choices=("grpc", "httpx", "http"), required=True)
     parser.add_argument("--target", required=True, help="HOST:PORT (loopback)")
+    parser.add_argument("--http-api", choices=("naive", "sluice"), default="naive", help="for http/httpx")
     parser.add_argument("--callers", type=int, required=True)
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per-call deadline")
     parser.add_argument("--max-calls", type=int, default=200_000, help="per caller")

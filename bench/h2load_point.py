@@ -13,7 +13,6 @@ trailers it does not read, so for gRPC the outcome counts come from the server's
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import struct
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.callers import INFER_METHOD, infer_request_bytes, input_vector
+from bench.callers import INFER_METHOD, http_request, infer_request_bytes
 from bench.points import PointResult, Window, cpu_seconds, machine_busy_seconds
 from bench.processes import ChildProcess
 from bench.prometheus import Samples, scrape, total
@@ -35,17 +34,21 @@ def h2load_path() -> str | None:
     return shutil.which("h2load")
 
 
-def _body(protocol: str, folder: Path) -> Path:
+def _body(protocol: str, folder: Path, http_api: str) -> tuple[str, Path]:
+    """(URL path, file holding the request body)."""
     path = folder / f"body-{protocol}"
     if protocol == "h2load-grpc":
         message = infer_request_bytes()
         path.write_bytes(b"\x00" + struct.pack(">I", len(message)) + message)  # the gRPC length prefix
-    else:
-        path.write_bytes(json.dumps({"x": input_vector()}).encode())
-    return path
+        return INFER_METHOD, path
+    url_path, body = http_request(http_api)
+    path.write_bytes(body)
+    return url_path, path
 
 
-def _command(protocol: str, target: str, callers: int, window: Window, body: Path, log: Path) -> list[str]:
+def _command(
+    protocol: str, target: str, callers: int, window: Window, request: tuple[str, Path], log: Path
+) -> list[str]:
     h2load = h2load_path()
     if h2load is None:
         raise RuntimeError("h2load is not installed (Debian package nghttp2-client)")
@@ -57,12 +60,11 @@ def _command(protocol: str, target: str, callers: int, window: Window, body: Pat
             raise ValueError(f"h2load needs callers ({callers}) divisible into {connections} connections")
         shape = ["-c", str(connections), "-m", str(callers // connections)]
         headers = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-        url = f"http://{target}{INFER_METHOD}"
     else:
         shape = ["--h1", "-c", str(callers), "-m", "1"]  # HTTP/1.1: one request at a time per connection
         headers = ["-H", "content-type: application/json"]
-        url = f"http://{target}/infer"
-    return [h2load, *shape, *timing, "-d", str(body), *headers, url]
+    url_path, body = request
+    return [h2load, *shape, *timing, "-d", str(body), *headers, f"http://{target}{url_path}"]
 
 
 def _server_counts(samples: Samples) -> tuple[float, float, float, float]:
@@ -76,7 +78,14 @@ def _server_counts(samples: Samples) -> tuple[float, float, float, float]:
 
 
 def measure_h2load_point(
-    *, protocol: str, target: str, service_pid: int, metrics_port: int | None, callers: int, window: Window
+    *,
+    protocol: str,
+    target: str,
+    service_pids: list[int],
+    metrics_port: int | None,
+    callers: int,
+    window: Window,
+    http_api: str = "naive",
 ) -> PointResult:
     """protocol: `h2load-grpc` (needs the server's metrics_port) or `h2load-http` (the naive service)."""
     grpc = protocol == "h2load-grpc"
@@ -84,7 +93,7 @@ def measure_h2load_point(
         raise ValueError("gRPC outcomes come from the server's metrics: start it with a metrics port")
     with tempfile.TemporaryDirectory(prefix="sluice-h2load-") as tmp:
         log = Path(tmp) / "requests.log"
-        command = _command(protocol, target, callers, window, _body(protocol, Path(tmp)), log)
+        command = _command(protocol, target, callers, window, _body(protocol, Path(tmp), http_api), log)
         with ChildProcess("h2load", command) as client:
             client.wait_for(r"Main benchmark duration is started", window.warmup_s + 60.0)
             t0 = time.time()
@@ -92,14 +101,14 @@ def measure_h2load_point(
             start = (
                 time.monotonic(),
                 machine_busy_seconds(),
-                cpu_seconds([service_pid]),
+                cpu_seconds(service_pids),
                 cpu_seconds([client.pid]),
             )
             time.sleep(window.duration_s)
             end = (
                 time.monotonic(),
                 machine_busy_seconds(),
-                cpu_seconds([service_pid]),
+                cpu_seconds(service_pids),
                 cpu_seconds([client.pid]),
             )
             after = _server_counts(scrape(metrics_port)) if grpc and metrics_port else None

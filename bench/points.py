@@ -90,7 +90,13 @@ def _sleep_until(epoch_s: float) -> None:
 
 
 def measure_point(
-    *, protocol: str, target: str, service_pid: int, callers: int, window: Window
+    *,
+    protocol: str,
+    target: str,
+    service_pids: list[int],
+    callers: int,
+    window: Window,
+    http_api: str = "naive",
 ) -> PointResult:
     procs = max(1, min(window.client_procs, callers))
     shares = [callers // procs + (1 if i < callers % procs else 0) for i in range(procs)]
@@ -101,7 +107,7 @@ def measure_point(
                     f"client-{i}",
                     [
                         PYTHON, "-m", "bench.closed_loop", "--protocol", protocol, "--target", target,
-                        "--callers", str(share), "--timeout-s", str(window.timeout_s),
+                        "--callers", str(share), "--timeout-s", str(window.timeout_s), "--http-api", http_api,
                     ],
                     stdin=True,
                 )
@@ -116,9 +122,9 @@ def measure_point(
             client.send(f"START {t0:.6f} {t1:.6f}")
         client_pids = [c.pid for c in clients]
         _sleep_until(t0)
-        start = (time.time(), machine_busy_seconds(), cpu_seconds([service_pid]), cpu_seconds(client_pids))
+        start = (time.time(), machine_busy_seconds(), cpu_seconds(service_pids), cpu_seconds(client_pids))
         _sleep_until(t1)
-        end = (time.time(), machine_busy_seconds(), cpu_seconds([service_pid]), cpu_seconds(client_pids))
+        end = (time.time(), machine_busy_seconds(), cpu_seconds(service_pids), cpu_seconds(client_pids))
         records = [json.loads(c.wait_for(r"^RESULT (.*)$", 60.0).group(1)) for c in clients]
     wall, busy, service_cpu, clients_cpu = (e - s for e, s in zip(end, start, strict=True))
     ok_ms = [v for r in records for v in r["ok_ms"]]

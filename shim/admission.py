@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shim.errors import ShimError
+from shim.jsonio import JsonResponse
 from shim.refusals import shim_overloaded
 from shim.request_body import ClientLeft, check_json_media_type, read_body
 
@@ -58,8 +58,8 @@ class InflightBound:
         await self._idle.wait()
 
 
-def error_response(error: ShimError) -> JSONResponse:
-    return JSONResponse(error.to_json(), status_code=error.status, headers=error.headers)
+def error_response(error: ShimError) -> JsonResponse:
+    return JsonResponse(error.to_json(), status_code=error.status, headers=error.headers)
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:

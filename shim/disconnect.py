@@ -22,22 +22,29 @@ class ClientDisconnected(Exception):
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Awaits `work`; raises ClientDisconnected (after cancelling `work`) if the client leaves first.
 
-    Call only after the body was read: the next ASGI message is then the disconnect, if any.
+    `work` runs in the calling task and one watcher task cancels it if the client leaves (a task per
+    side and asyncio.wait cost ~20 us more per request). Call only after the body was read: the next ASGI
+    message is then the disconnect, if any.
     """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
+    current = asyncio.current_task()
+    if current is None:
+        raise RuntimeError("unless_disconnected runs inside a task")
+    left = False
+
+    async def watch() -> None:
+        nonlocal left
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        left = True
+        current.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
-        task.cancel()
-        raise ClientDisconnected
+        return await work
+    except asyncio.CancelledError:
+        if not left:
+            raise
+        current.uncancel()  # the cancellation was ours, not the caller's: balance it (asyncio.timeout)
+        raise ClientDisconnected from None
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

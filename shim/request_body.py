@@ -7,8 +7,6 @@ Reading happens in the admission middleware, before routing; routes parse the by
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -16,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.datastructures import Headers
 from starlette.types import Receive
 
+from shim import jsonio
 from shim.errors import FieldViolation, ShimError
 from shim.refusals import invalid_argument, request_timeout, request_too_large, unsupported_media_type
 
@@ -83,31 +82,9 @@ class ClientLeft(Exception):
     """The client disconnected before its body was complete: there is nobody left to answer."""
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:32]} is out of range for a double")
-    return value
-
-
-def _refuse_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which are not JSON and which no response could carry back.
-    raise ValueError(f"{name} is not a JSON value")
-
-
 def parse_json(raw: bytes) -> Any:
-    """The JSON document in `raw`; anything Python's reader refuses or cannot hold is a 400."""
-    try:
-        return json.loads(raw, parse_float=_finite_float, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise invalid_argument("request body is nested too deeply to read", reason="MALFORMED_JSON") from None
-    except UnicodeDecodeError as exc:
-        raise invalid_argument(
-            f"request body is not UTF-8 text: {exc.reason} at byte {exc.start}", reason="MALFORMED_JSON"
-        ) from None
-    except ValueError as exc:
-        # JSONDecodeError, numbers out of range, and integers longer than Python converts (4,300 digits).
-        raise invalid_argument(f"request body is not valid JSON: {exc}", reason="MALFORMED_JSON") from None
+    """The JSON document in `raw` (strict: see shim/jsonio.py); anything else is a 400."""
+    return jsonio.loads(raw)
 
 
 _NO_DOCUMENT = object()

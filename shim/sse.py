@@ -4,7 +4,6 @@ and the response class that carries them with the headers proxies need to pass t
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from shim import jsonio
 from shim.errors import ErrorBody
 
 PING = b": ping\n\n"
@@ -20,8 +20,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def frame(event: str, data: Any) -> bytes:
     """One SSE event; the JSON is compact and on one line, so a single `data:` field always suffices."""
-    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return f"event: {event}\ndata: {payload}\n\n".encode()
+    return b"event: " + event.encode() + b"\ndata: " + jsonio.dumps(data) + b"\n\n"
 
 
 def token_event(text: str, token_ids: list[int]) -> bytes:

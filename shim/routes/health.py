@@ -8,25 +8,25 @@ from typing import Any
 import grpc
 from fastapi import APIRouter, Request
 from grpc_health.v1 import health_pb2
-from starlette.responses import JSONResponse
 
 from shim.admission import InflightBound
 from shim.channel import settings_of, upstream_of
+from shim.jsonio import JsonResponse
 
 router = APIRouter()
 
 
 @router.get("/healthz")
-async def healthz() -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+async def healthz() -> JsonResponse:
+    return JsonResponse({"status": "ok"})
 
 
-def _unready(reason: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"status": "unready", "reason": reason, "message": message, **extra}, status_code=503)
+def _unready(reason: str, message: str, **extra: Any) -> JsonResponse:
+    return JsonResponse({"status": "unready", "reason": reason, "message": message, **extra}, status_code=503)
 
 
 @router.get("/readyz")
-async def readyz(request: Request) -> JSONResponse:
+async def readyz(request: Request) -> JsonResponse:
     """200 when a request sent now would be admitted and served; 503 with the reason otherwise."""
     bound: InflightBound = request.app.state.inflight
     slots = {"inflight": bound.inflight, "max_inflight": bound.limit}
@@ -50,4 +50,4 @@ async def readyz(request: Request) -> JSONResponse:
         return _unready(
             "UPSTREAM_NOT_SERVING", f"the upstream reports {upstream}", upstream=upstream, **slots
         )
-    return JSONResponse({"status": "ready", "upstream": upstream, **slots})
+    return JsonResponse({"status": "ready", "upstream": upstream, **slots})

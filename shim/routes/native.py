@@ -12,13 +12,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from sluice.inference.v1 import inference_pb2 as pb
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from shim import generation, translate
 from shim.call_options import call_options
 from shim.channel import settings_of, upstream_of
 from shim.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
 from shim.errors import upstream_errors
+from shim.jsonio import JsonResponse
 from shim.request_body import parse_body
 from shim.schemas import GenerateBody, InferBody
 from shim.sse import EventStreamResponse
@@ -45,7 +46,7 @@ async def infer(request: Request) -> Response:
     except ClientDisconnected:
         call.cancel()
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return JSONResponse(translate.infer_response_to_json(response))
+    return JsonResponse(translate.infer_response_to_json(response))
 
 
 @router.post("/generate")
@@ -60,7 +61,7 @@ async def generate(request: Request) -> Response:
         with _upstream_errors(request, translate.json_field_for):
             first = await unless_disconnected(request, generation.first_message(call))
             if not body.stream:
-                return JSONResponse(await unless_disconnected(request, generation.collect(call, first)))
+                return JsonResponse(await unless_disconnected(request, generation.collect(call, first)))
         events = generation.relay_events(
             call, first, heartbeat_s=settings.sse_heartbeat_s, reconnect_s=settings.reconnect_backoff_s
         )
@@ -75,19 +76,19 @@ async def generate(request: Request) -> Response:
 
 
 @router.get("/models")
-async def list_models(request: Request) -> JSONResponse:
+async def list_models(request: Request) -> JsonResponse:
     with _upstream_errors(request):
         response = await upstream_of(request).inference.ListModels(
             pb.ListModelsRequest(), timeout=settings_of(request).infer_timeout_s
         )
     models: list[dict[str, Any]] = [translate.model_info_to_json(info) for info in response.models]
-    return JSONResponse({"models": models})
+    return JsonResponse({"models": models})
 
 
 @router.get("/models/{name}")
-async def get_model(request: Request, name: str) -> JSONResponse:
+async def get_model(request: Request, name: str) -> JsonResponse:
     with _upstream_errors(request):
         response = await upstream_of(request).inference.GetModel(
             pb.GetModelRequest(name=name), timeout=settings_of(request).infer_timeout_s
         )
-    return JSONResponse(translate.model_info_to_json(response.model))
+    return JsonResponse(translate.model_info_to_json(response.model))

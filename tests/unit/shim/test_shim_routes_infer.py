@@ -31,7 +31,7 @@ async def test_infer_round_trip(shim: RunningShim, upstream: Upstream) -> None:
         "timings": {"queue_wait_ms": 1.5, "compute_ms": 1250.0, "batch_size": 3},
     }
     sent = upstream.servicer.infer_requests[-1]
-    assert list(sent.inputs[0].contents.fp32_contents) == [1.0, 2.5, -4.0]
+    assert np.frombuffer(sent.inputs[0].raw_contents, "<f4").tolist() == [1.0, 2.5, -4.0]
     assert sent.typed_outputs is False
     assert sent.priority == pb.PRIORITY_UNSPECIFIED
 
@@ -217,21 +217,21 @@ NASTY_BODIES = {
         json.dumps({**ECHO, "inputs": [{**ECHO["inputs"][0], "shape": [1] * 65}]}).encode(),  # type: ignore[dict-item]
         422,
     ),
-    "a lone surrogate in prompt": ("/v1/generate", b'{"model": "gen", "prompt": "\\udc80"}', 422),
+    "a lone surrogate in prompt": ("/v1/generate", b'{"model": "gen", "prompt": "\\udc80"}', 400),
     "a lone surrogate in stop": (
         "/v1/generate",
         b'{"model": "gen", "prompt": "x", "stop": ["\\ud800"]}',
-        422,
+        400,
     ),
     "a lone surrogate in request_id": (
         "/v1/infer",
         json.dumps({**ECHO, "request_id": "\udc80"}).encode(),
-        422,
+        400,
     ),
     "a lone surrogate as a parameter name": (
         "/v1/infer",
         json.dumps({**ECHO, "parameters": {"\udc80": 1}}).encode(),
-        422,
+        400,
     ),
     "non-ASCII data_b64": (
         "/v1/infer",

@@ -6,12 +6,14 @@ import base64
 import math
 
 import numpy as np
+import orjson
 import pytest
 from shim_fakes import MODEL_INFO
 from sluice.inference.v1 import inference_pb2 as pb
 
+from clients.codec import decode_raw_contents
 from clients.messages import build_generate_request, infer_request
-from shim import translate
+from shim import jsonio, translate
 from shim.errors import ShimError
 from shim.schemas import GenerateBody, InferBody, TensorIn
 
@@ -21,23 +23,42 @@ def _tensor(dtype: str, data: list[object], shape: list[int] | None = None) -> T
 
 
 @pytest.mark.parametrize(
-    ("dtype", "data", "field"),
+    ("dtype", "data"),
     [
-        ("FLOAT32", [1, 2.5], "fp32_contents"),
-        ("FLOAT16", [0.5, -1], "fp32_contents"),
-        ("FLOAT64", [1e300, 2], "fp64_contents"),
-        ("INT32", [1, -(2**31)], "int32_contents"),
-        ("INT64", [2**62, -1], "int64_contents"),
-        ("BOOL", [True, False], "bool_contents"),
-        ("STRING", ["a", "é"], "string_contents"),
+        ("FLOAT32", [1, 2.5]),
+        ("FLOAT16", [0.5, -1]),
+        ("FLOAT64", [1e300, 2]),
+        ("INT32", [1, -(2**31)]),
+        ("INT64", [2**62, -1]),
+        ("BOOL", [True, False]),
     ],
 )
-def test_each_dtype_fills_its_typed_contents(dtype: str, data: list[object], field: str) -> None:
+def test_each_numeric_dtype_goes_as_little_endian_raw_bytes(dtype: str, data: list[object]) -> None:
     message = translate.tensor_to_proto(_tensor(dtype, data), 0)
     assert message.dtype == translate.DTYPE_BY_NAME[dtype]
     assert list(message.shape) == [2]
-    assert list(getattr(message.contents, field)) == data
-    assert message.raw_contents == b""
+    assert decode_raw_contents(message).tolist() == data
+    assert not message.HasField("contents")
+
+
+def test_strings_go_as_string_contents() -> None:
+    message = translate.tensor_to_proto(_tensor("STRING", ["a", "é"]), 0)
+    assert list(message.contents.string_contents) == ["a", "é"] and message.raw_contents == b""
+
+
+def test_a_float_past_float32_range_is_infinity_there() -> None:
+    message = translate.tensor_to_proto(_tensor("FLOAT32", [1e300, -1e300]), 0)
+    assert decode_raw_contents(message).tolist() == [math.inf, -math.inf]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"), [("INT32", 2**31), ("INT64", -(2**63) - 1), ("FLOAT64", 10**400)]
+)
+def test_integers_out_of_range_are_refused(dtype: str, value: int) -> None:
+    with pytest.raises(ShimError) as caught:
+        translate.tensor_to_proto(_tensor(dtype, [value, 0]), 0)
+    assert caught.value.body.reason == "INVALID_TENSOR_DATA"
+    assert "out of range" in caught.value.body.message
 
 
 @pytest.mark.parametrize(
@@ -120,7 +141,8 @@ def test_raw_outputs_decode_little_endian(
         name="y", dtype=dtype, shape=[2], raw_contents=np.asarray(values, dtype=numpy_dtype).tobytes()
     )
     decoded = translate.tensor_to_json(tensor)
-    assert decoded == {"name": "y", "dtype": translate.NAME_BY_DTYPE[dtype], "shape": [2], "data": values}
+    written = orjson.loads(jsonio.dumps(decoded))
+    assert written == {"name": "y", "dtype": translate.NAME_BY_DTYPE[dtype], "shape": [2], "data": values}
 
 
 def test_typed_outputs_are_read_when_raw_is_empty() -> None:
