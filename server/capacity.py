@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -20,7 +19,7 @@ from torch.utils._pytree import tree_flatten
 
 from server.config import Settings
 from server.memory import MemoryProbe
-from server.runtimes.base import TensorModel
+from server.runtimes.base import TensorModel, synthetic_item
 
 _BATCHES = (1, 8, 32)
 _MAX_SLOTS = 1024  # beyond this the queue, not memory, is the bound that matters
@@ -68,15 +67,8 @@ def plan_capacity(model: TensorModel, settings: Settings, probe: MemoryProbe) ->
     )
 
 
-def _batch(model: TensorModel, size: int) -> list[dict[str, np.ndarray]]:
-    item = {
-        s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in model.descriptor.inputs
-    }
-    return [item] * size
-
-
 def _peak_bytes(model: TensorModel, size: int, device: torch.device) -> float:
-    batch = _batch(model, size)
+    batch = [synthetic_item(model.descriptor)] * size
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import torch
 
 from server.admission.breaker import MemoryBreaker
+from server.batching.oom import OomRecovery, out_of_memory
 from server.batching.requests import RequestLimits, resolve_request
 from server.batching.sequence import GenSequence
 from server.batching.slots import SlotPool
@@ -28,7 +29,6 @@ from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, StreamError, TokenChunk
 from server.errors import (
     ModelFailure,
-    OutOfMemory,
     ShuttingDown,
     SluiceError,
     StalledConsumer,
@@ -58,7 +58,6 @@ class ContinuousScheduler:
         self.limits = limits
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s
-        self.breaker = breaker
         self.joining: deque[GenSequence] = deque()
         self.active: list[GenSequence] = []
         self.steps_started = 0
@@ -76,7 +75,7 @@ class ContinuousScheduler:
         self._m_ttft = metrics.ttft.labels(name)
         self._m_compute = metrics.compute.labels(name, "Generate")
         self._m_batch = metrics.batch_size.labels(name, "Generate")
-        self._m_oom = metrics.oom.labels(name)
+        self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
 
     # -- the request side (event loop) ------------------------------------------------------------
     def submit(self, spec: GenerateSpec) -> GenSequence:
@@ -274,13 +273,9 @@ class ContinuousScheduler:
         self._m_kv_tokens.set(self.pool.tokens_in_use)
 
     def _step_error(self, exc: Exception) -> SluiceError:
-        if isinstance(exc, torch.OutOfMemoryError):
-            self._m_oom.inc()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            if self.breaker is not None:
-                self.breaker.trip(f"out of memory in {self.model.descriptor.name}: {exc}")
-            return OutOfMemory("out of memory during a decode step", retry_after_s=1.0)
+        if isinstance(exc, torch.OutOfMemoryError):  # the worker gave the cached memory back already
+            self._oom.record(str(exc))
+            return out_of_memory("during a decode step")
         if isinstance(exc, SluiceError):
             return exc
         log.exception("decode step failed", exc_info=exc)

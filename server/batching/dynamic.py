@@ -6,7 +6,7 @@ early; a partial one waits for the running batch, so pipelining never shrinks ba
 
 Cancelled items are never computed: the batch drops them when it forms and again on the worker thread the
 moment its forward pass starts. A batch that fails is split in halves and retried, so one bad item fails
-alone; an out-of-memory error also trips the memory breaker.
+alone; an out-of-memory error also trips the memory breaker (server/batching/oom.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import torch
 
 from server.admission.breaker import MemoryBreaker
+from server.batching.oom import OomRecovery, out_of_memory, release_cached_memory
 from server.batching.worker import ModelWorker
 from server.domain import Array, InferItem, InferResult
-from server.errors import DeadlineExpired, ModelFailure, OutOfMemory, SluiceError
+from server.errors import DeadlineExpired, ModelFailure, SluiceError
 from server.metrics import Metrics
 from server.runtimes.base import TensorModel
 
@@ -55,6 +56,7 @@ class _Computed:
     expired: list[_Pending]
     started: float
     elapsed_s: float
+    ooms: list[str]  # the out-of-memory errors met (the batch is split and retried after each)
 
 
 class DynamicBatcher:
@@ -72,14 +74,13 @@ class DynamicBatcher:
         self.worker = worker
         self.max_batch_size = max_batch_size
         self.max_delay_s = max_delay_s
-        self.breaker = breaker
         self._queues: dict[Hashable, deque[_Pending]] = {}
         self._wake = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         name = model.descriptor.name
         self._compute = metrics.compute.labels(name, "Infer")
         self._batch_size = metrics.batch_size.labels(name, "Infer")
-        self._oom = metrics.oom.labels(name)
+        self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
         self.items_computed = 0
 
     @property
@@ -173,6 +174,8 @@ class DynamicBatcher:
                 if not pending.future.done():
                     pending.future.set_exception(ModelFailure(f"the model worker failed: {exc}"))
             return
+        for why in done.ooms:
+            self._oom.record(why)
         self.items_computed += len(done.items)
         if done.items:
             self._compute.observe(done.elapsed_s)
@@ -209,17 +212,19 @@ class DynamicBatcher:
                 expired.append(pending)
             else:
                 live.append(pending)
-        outcomes = self._forward_isolating([p.inputs for p in live]) if live else []
-        return _Computed(live, outcomes, expired, started, time.monotonic() - started)
+        ooms: list[str] = []
+        outcomes = self._forward_isolating([p.inputs for p in live], ooms) if live else []
+        return _Computed(live, outcomes, expired, started, time.monotonic() - started, ooms)
 
-    def _forward_isolating(self, items: Sequence[Mapping[str, Array]]) -> list[Outcome]:
+    def _forward_isolating(self, items: Sequence[Mapping[str, Array]], ooms: list[str]) -> list[Outcome]:
         """Runs on the worker thread. Splits failing batches so each failure lands on its own item."""
         try:
             return list(self.model.forward(items))
         except torch.OutOfMemoryError as exc:
-            self._recover_from_oom(exc)
+            release_cached_memory()
+            ooms.append(str(exc))
             if len(items) == 1:
-                return [OutOfMemory("out of memory running this request", retry_after_s=1.0)]
+                return [out_of_memory("running this request")]
         except SluiceError as exc:
             if len(items) == 1:
                 return [exc]
@@ -228,14 +233,7 @@ class DynamicBatcher:
                 log.exception("model %s failed on one item", self.model.descriptor.name)
                 return [ModelFailure(f"the model failed on this input: {type(exc).__name__}: {exc}")]
         half = len(items) // 2
-        return self._forward_isolating(items[:half]) + self._forward_isolating(items[half:])
-
-    def _recover_from_oom(self, exc: BaseException) -> None:
-        self._oom.inc()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        if self.breaker is not None:
-            self.breaker.trip(f"out of memory in {self.model.descriptor.name}: {exc}")
+        return self._forward_isolating(items[:half], ooms) + self._forward_isolating(items[half:], ooms)
 
 
 def _expire(pending: _Pending) -> None:

@@ -9,7 +9,6 @@ class SlotPool:
     """Each slot holds one sequence of up to `context_length` tokens in the preallocated cache."""
 
     def __init__(self, slots: int, context_length: int) -> None:
-        self.capacity = slots
         self.context_length = context_length
         self._free = list(range(slots))
         self._tokens: dict[int, int] = {}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from server.batching.oom import release_cached_memory
 from server.batching.sampling import sample, uniforms
 from server.batching.sequence import GenSequence
 from server.domain import SamplingParams
@@ -42,6 +43,14 @@ class StepPlan:
 
 def run_step(model: GenerativeModel, plan: StepPlan) -> list[int]:
     """Returns one token per row: the joiners' first tokens, then the running sequences' next tokens."""
+    try:
+        return _step(model, plan)
+    except torch.OutOfMemoryError:
+        release_cached_memory()  # here, on the model's thread; the scheduler counts it and trips the breaker
+        raise
+
+
+def _step(model: GenerativeModel, plan: StepPlan) -> list[int]:
     device = model.device
     logits = model.prefill_many(plan.prefills) if plan.prefills else None
     if plan.slots:

@@ -24,10 +24,6 @@ class TokenStream:
     def has_room(self) -> bool:
         return len(self._chunks) < self.capacity
 
-    @property
-    def finished(self) -> bool:
-        return self._final is not None
-
     def push(self, chunk: TokenChunk) -> None:
         self._chunks.append(chunk)
         self._ready.set()

@@ -67,12 +67,14 @@ class TensorModel(abc.ABC):
 
     def warmup(self, steps: int) -> None:
         """Runs `steps` forward passes on synthetic input so first requests do not pay for lazy init."""
+        item = synthetic_item(self.descriptor)
         for _ in range(steps):
-            item = {
-                s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy)
-                for s in self.descriptor.inputs
-            }
             self.forward([item] * self.descriptor.limits.max_batch_size)
+
+
+def synthetic_item(descriptor: ModelDescriptor) -> dict[str, Array]:
+    """One item of zeros in every input (variable dimensions as 1): for warm-up and capacity measurement."""
+    return {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in descriptor.inputs}
 
 
 class GenerativeModel(abc.ABC):
