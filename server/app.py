@@ -18,6 +18,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from process.limits import raise_fd_limit
+from server.access_log import AccessLog
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
@@ -72,6 +73,7 @@ class SluiceServer:
             metrics=self.metrics,
             max_message_bytes=settings.max_message_bytes,
             stall_timeout_s=settings.stall_timeout_s,
+            access_log=AccessLog(settings.access_log),
         )
         self.servicer = InferenceServicer()
         self.health = HealthServicer()

@@ -78,6 +78,9 @@ class Settings:
         0.1, help="the GIL switch interval (CPython's default is 5 ms)", unit="ms"
     )
     log_level: str = setting("INFO", help="DEBUG, INFO, WARNING or ERROR")
+    access_log: float = setting(
+        0.0, help="fraction of calls that write a JSON access-log line to stderr: 0 none, 1 every call"
+    )
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
@@ -133,6 +136,7 @@ class Settings:
             "log_level",
             "DEBUG, INFO, WARNING or ERROR",
         )
+        _check(0.0 <= self.access_log <= 1.0, "access_log", "must be a fraction in [0, 1]")
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
 
     @property

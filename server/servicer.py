@@ -10,7 +10,7 @@ import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from server.admission.interceptor import ADMISSION_WAIT, abort
+from server.admission.handlers import ADMISSION_WAIT, abort
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model

@@ -4,33 +4,36 @@ Every refusal (draining, warming up, unknown model or wrong RPC, memory breaker 
 full) is decided by the deserializer from the model the raw request names (server/admission/reader.py): a
 refused body is never parsed. Admitted calls wait in their model's gate by priority; the slot is released
 once the unary call returns or the stream has ended, on every path, or by the WriteWatchdog when the peer
-stops accepting data.
+stops accepting data (server/admission/handlers.py wraps each method).
 """
 
 from __future__ import annotations
 
-import contextvars
-import inspect
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import descriptor_pool
 from prometheus_client import Counter, Gauge, Histogram
 
+from server.access_log import AccessLog
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
-from server.admission.reader import GuardedMethod, Refused, admission_reader, parsing_reader
+from server.admission.handlers import (
+    ADMISSION_WAIT,
+    Context,
+    Handler,
+    Slot,
+    abort,
+    guarded_handler,
+    parsing_handler,
+)
+from server.admission.reader import GuardedMethod, Refused, admission_reader
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
 from server.metrics import Metrics
-from server.status import to_grpc_status
-
-# The admitted call's wait for a slot, for the servicer's Timings (same task, so the context carries it).
-ADMISSION_WAIT: contextvars.ContextVar[float] = contextvars.ContextVar("admission_wait", default=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,33 +45,10 @@ class _Instruments:
     queue_wait: Histogram
 
 
-async def abort(context: grpc.aio.ServicerContext[Any, Any], error: SluiceError) -> None:
-    status = to_grpc_status(error)
-    await context.abort(status.code, status.details, status.trailing_metadata)
-
-
 if TYPE_CHECKING:
     _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:  # the runtime class is not generic; only the type stubs are
     _ServerInterceptor = grpc.aio.ServerInterceptor
-
-
-class _Slot:
-    """One admitted call's hold on its gate; released exactly once, whichever path gets there first."""
-
-    __slots__ = ("admitted", "gate", "in_flight", "released")
-
-    def __init__(self, gate: AdmissionGate, in_flight: Gauge) -> None:
-        self.gate = gate
-        self.in_flight = in_flight
-        self.admitted = time.monotonic()
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.in_flight.dec()
-            self.gate.release(time.monotonic() - self.admitted)
 
 
 class AdmissionInterceptor(_ServerInterceptor):
@@ -80,6 +60,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         metrics: Metrics,
         max_message_bytes: int,
         stall_timeout_s: float,
+        access_log: AccessLog | None = None,
     ) -> None:
         self.methods = dict(methods)
         self.breaker = breaker
@@ -87,6 +68,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         self.max_message_bytes = max_message_bytes
         self.draining = False
         self.ready = False
+        self.access_log = access_log or AccessLog(0.0)
         # Twice the stall timeout: a stalled consumer is first ended by its scheduler, with a final message
         # that is delivered if the peer reads again; the watchdog is the backstop for a stream that cannot
         # even take that message because its last write never completed.
@@ -110,7 +92,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         key = (path, id(method), id(handler))
         wrapped = self._guarded_handlers.get(key)
         if wrapped is None:
-            wrapped = self._guarded(handler, method) if method is not None else _parsing(handler, path)
+            wrapped = self._guarded(handler, method) if method is not None else parsing_handler(handler, path)
             self._guarded_handlers[key] = wrapped
         return wrapped
 
@@ -139,58 +121,26 @@ class AdmissionInterceptor(_ServerInterceptor):
             return gate.overloaded()
         return None
 
-    def _guarded(
-        self, handler: grpc.RpcMethodHandler[Any, Any], method: GuardedMethod
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    def _guarded(self, handler: Handler, method: GuardedMethod) -> Handler:
         read = admission_reader(
             method,
             handler.request_deserializer,
             decide=self.refusal,
             max_message_bytes=self.max_message_bytes,
         )
-        watchdog = self.watchdog
-        if handler.unary_stream is not None:
-            stream_behaviour: Any = handler.unary_stream
-
-            async def guarded_stream(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                slot = await self._admit(request, context, method)
-                watched = watchdog.watch(context, request.model, slot.release)
-                clock = time.monotonic
-                try:
-                    async for message in stream_behaviour(request, context):
-                        watched.writing_since = clock()
-                        yield message
-                        watched.writing_since = 0.0
-                finally:
-                    watchdog.forget(watched)
-                    slot.release()
-
-            return grpc.unary_stream_rpc_method_handler(
-                guarded_stream, request_deserializer=read, response_serializer=handler.response_serializer
-            )
-        unary_behaviour: Any = handler.unary_unary
-
-        async def guarded_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            slot = await self._admit(request, context, method)
-            try:
-                return await unary_behaviour(request, context)
-            finally:
-                slot.release()
-
-        return grpc.unary_unary_rpc_method_handler(
-            guarded_unary, request_deserializer=read, response_serializer=handler.response_serializer
+        return guarded_handler(
+            handler, method, read=read, admit=self._admit, watchdog=self.watchdog, access_log=self.access_log
         )
 
-    async def _admit(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any], method: GuardedMethod
-    ) -> _Slot:
-        """Waits for a slot; on refusal aborts the call (which raises) without holding anything."""
+    async def _admit(self, request: Any, context: Context, method: GuardedMethod) -> Slot:
+        """Waits for a slot; on refusal aborts the call (which raises) without holding anything. A call
+        that names no request id gets one, for its logs and its answer."""
         if isinstance(request, Refused):
             self.metrics.refused.labels(request.model, method.name, request.error.reason).inc()
             await abort(context, request.error)
             raise request.error  # abort raises; this keeps type checkers aware that nothing is held
+        if not request.request_id:
+            request.request_id = secrets.token_hex(8)
         model = request.model
         gate = method.gates.get(model)
         try:
@@ -213,7 +163,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         instruments.in_flight.inc()
         instruments.queue_wait.observe(waited)
         ADMISSION_WAIT.set(waited)
-        return _Slot(gate, instruments.in_flight)
+        return Slot(gate, instruments.in_flight)
 
     def _instruments(self, model: str, method: str) -> _Instruments:
         """Labelled metric children, resolved once per served (model, method) rather than per request."""
@@ -230,40 +180,3 @@ class AdmissionInterceptor(_ServerInterceptor):
             )
             self._children[key] = found
         return found
-
-
-def _parsing(handler: grpc.RpcMethodHandler[Any, Any], path: str) -> grpc.RpcMethodHandler[Any, Any]:
-    """An unguarded method (ListModels, GetModel, health) whose bytes do not parse answers INVALID_ARGUMENT
-    naming the field, as the guarded ones do, instead of grpc's UNKNOWN."""
-    try:
-        descriptor = descriptor_pool.Default().FindMethodByName(path.lstrip("/").replace("/", ".")).input_type
-    except KeyError:
-        descriptor = None
-    read = parsing_reader(handler.request_deserializer, descriptor)
-
-    if handler.unary_stream is not None and not inspect.iscoroutinefunction(handler.unary_stream):
-        stream_behaviour: Any = handler.unary_stream
-
-        async def parsed_stream(
-            request: Any, context: grpc.aio.ServicerContext[Any, Any]
-        ) -> AsyncIterator[Any]:
-            if isinstance(request, Refused):
-                await abort(context, request.error)
-            async for message in stream_behaviour(request, context):
-                yield message
-
-        return grpc.unary_stream_rpc_method_handler(
-            parsed_stream, request_deserializer=read, response_serializer=handler.response_serializer
-        )
-    # A unary answer, or a stream written through context.write (health's Watch): one coroutine either way.
-    behaviour: Any = handler.unary_unary or handler.unary_stream
-
-    async def parsed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if isinstance(request, Refused):
-            await abort(context, request.error)
-        return await behaviour(request, context)
-
-    make = (
-        grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
-    )
-    return make(parsed, request_deserializer=read, response_serializer=handler.response_serializer)

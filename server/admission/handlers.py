@@ -1,0 +1,213 @@
+"""The handlers the interceptor puts in front of each method. A guarded one (Infer, Generate) admits the call
+into its model's gate, holds the slot until the call returns or its stream ends (or the write watchdog ends
+it), and writes the call's access-log line; an unguarded one (ListModels, GetModel, health) only parses its
+bytes safely, so that no method answers malformed input with UNKNOWN."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias
+
+import grpc
+from google.protobuf import descriptor_pool
+from prometheus_client import Gauge
+
+from server.access_log import AccessLog
+from server.admission.gate import AdmissionGate
+from server.admission.reader import GuardedMethod, Refused, parsing_reader
+from server.admission.watchdog import WriteWatchdog
+from server.errors import SluiceError
+from server.status import to_grpc_status
+
+Context = grpc.aio.ServicerContext[Any, Any]
+REQUEST_ID_KEY = "x-request-id"
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # grpc's class is generic in its stubs only
+
+# The admitted call's wait for a slot, for the servicer's Timings (same task, so the context carries it).
+ADMISSION_WAIT: contextvars.ContextVar[float] = contextvars.ContextVar("admission_wait", default=0.0)
+# The error a call was aborted with, for its access-log line (set by abort, in the call's own task).
+CALL_ERROR: contextvars.ContextVar[SluiceError | None] = contextvars.ContextVar("call_error", default=None)
+
+
+async def abort(context: Context, error: SluiceError) -> None:
+    CALL_ERROR.set(error)
+    status = to_grpc_status(error)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+class Slot:
+    """One admitted call's hold on its gate; released exactly once, whichever path gets there first."""
+
+    __slots__ = ("admitted", "gate", "in_flight", "released")
+
+    def __init__(self, gate: AdmissionGate, in_flight: Gauge) -> None:
+        self.gate = gate
+        self.in_flight = in_flight
+        self.admitted = time.monotonic()
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.in_flight.dec()
+            self.gate.release(time.monotonic() - self.admitted)
+
+
+Admit = Callable[[Any, Context, GuardedMethod], Awaitable[Slot]]
+
+
+def _outcome(exc: BaseException | None) -> tuple[str, str]:
+    """(status, reason) of a call that raised `exc` (None: it returned)."""
+    if exc is None:
+        return "OK", ""
+    error = CALL_ERROR.get()
+    if error is not None:
+        return error.code, error.reason
+    # Cancelled by the caller, or closed with its stream: no status of ours was sent.
+    return ("CANCELLED", "") if isinstance(exc, asyncio.CancelledError | GeneratorExit) else ("UNKNOWN", "")
+
+
+def guarded_handler(
+    handler: Handler,
+    method: GuardedMethod,
+    *,
+    read: Callable[[bytes], Any],
+    admit: Admit,
+    watchdog: WriteWatchdog,
+    access_log: AccessLog,
+) -> Handler:
+    name = method.name
+    if handler.unary_stream is not None:
+        stream_behaviour: Any = handler.unary_stream
+
+        async def guarded_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+            logged = access_log.sampled()
+            started = time.monotonic()
+            last: Any = None
+            failure: BaseException | None = None
+            try:
+                slot = await admit(request, context, method)
+                # A stream's answers carry no request id of their own: the trailers say which it was.
+                context.set_trailing_metadata(((REQUEST_ID_KEY, request.request_id),))
+                watched = watchdog.watch(context, request.model, slot.release)
+                clock = time.monotonic
+                try:
+                    async for message in stream_behaviour(request, context):
+                        watched.writing_since = clock()
+                        last = message
+                        yield message
+                        watched.writing_since = 0.0
+                finally:
+                    watchdog.forget(watched)
+                    slot.release()
+            except BaseException as exc:
+                failure = exc
+                raise
+            finally:
+                if logged:
+                    _log_stream(access_log, name, request, last, failure, started)
+
+        return grpc.unary_stream_rpc_method_handler(
+            guarded_stream, request_deserializer=read, response_serializer=handler.response_serializer
+        )
+    unary_behaviour: Any = handler.unary_unary
+
+    async def guarded_unary(request: Any, context: Context) -> Any:
+        logged = access_log.sampled()
+        started = time.monotonic()
+        response: Any = None
+        failure: BaseException | None = None
+        try:
+            slot = await admit(request, context, method)
+            try:
+                response = await unary_behaviour(request, context)
+                return response
+            finally:
+                slot.release()
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            if logged:
+                _log_unary(access_log, name, request, response, failure, started)
+
+    return grpc.unary_unary_rpc_method_handler(
+        guarded_unary, request_deserializer=read, response_serializer=handler.response_serializer
+    )
+
+
+def _common(method: str, request: Any, failure: BaseException | None, started: float) -> dict[str, Any]:
+    status, reason = _outcome(failure)
+    refused = isinstance(request, Refused)
+    return {
+        "method": method,
+        "model": request.model if not refused else request.model or None,
+        "request_id": None if refused else request.request_id,
+        "status": status,
+        "reason": reason or None,
+        "queue_ms": round(ADMISSION_WAIT.get() * 1000, 3),
+        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+    }
+
+
+def _log_unary(
+    log: AccessLog, method: str, request: Any, response: Any, failure: BaseException | None, started: float
+) -> None:
+    line = _common(method, request, failure, started)
+    if response is not None and response.HasField("timings"):
+        timings = response.timings
+        line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
+        line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
+        line["batch_size"] = timings.batch_size
+    log.write(**line)
+
+
+def _log_stream(
+    log: AccessLog, method: str, request: Any, last: Any, failure: BaseException | None, started: float
+) -> None:
+    line = _common(method, request, failure, started)
+    if last is not None:
+        if last.HasField("error"):
+            line["status"], line["reason"] = grpc.StatusCode(last.error.code).name, last.error.reason
+        line["tokens"] = last.usage.completion_tokens
+        line["finish_reason"] = last.finish_reason
+    log.write(**line)
+
+
+def parsing_handler(handler: Handler, path: str) -> Handler:
+    """An unguarded method whose bytes do not parse answers INVALID_ARGUMENT naming the field, as the
+    guarded ones do, instead of grpc's UNKNOWN."""
+    try:
+        descriptor = descriptor_pool.Default().FindMethodByName(path.lstrip("/").replace("/", ".")).input_type
+    except KeyError:
+        descriptor = None
+    read = parsing_reader(handler.request_deserializer, descriptor)
+
+    if handler.unary_stream is not None and not inspect.iscoroutinefunction(handler.unary_stream):
+        stream_behaviour: Any = handler.unary_stream
+
+        async def parsed_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+            if isinstance(request, Refused):
+                await abort(context, request.error)
+            async for message in stream_behaviour(request, context):
+                yield message
+
+        return grpc.unary_stream_rpc_method_handler(
+            parsed_stream, request_deserializer=read, response_serializer=handler.response_serializer
+        )
+    # A unary answer, or a stream written through context.write (health's Watch): one coroutine either way.
+    behaviour: Any = handler.unary_unary or handler.unary_stream
+
+    async def parsed(request: Any, context: Context) -> Any:
+        if isinstance(request, Refused):
+            await abort(context, request.error)
+        return await behaviour(request, context)
+
+    make = (
+        grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
+    )
+    return make(parsed, request_deserializer=read, response_serializer=handler.response_serializer)
