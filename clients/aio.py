@@ -127,6 +127,8 @@ class AsyncSluiceClient:
         top_k: int | None = None,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
+        min_tokens: int | None = None,
+        ignore_eos: bool = False,
         priority: PriorityName | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
@@ -143,6 +145,8 @@ class AsyncSluiceClient:
             stop=stop,
             priority=priority,
             request_id=request_id,
+            min_tokens=min_tokens,
+            ignore_eos=ignore_eos,
         )
         return AsyncGenerationStream(self._stub.Generate(request, timeout=self._deadline(timeout)))
 

@@ -98,6 +98,8 @@ def build_generate_request(
     stop: Sequence[str] | None,
     priority: PriorityName | None,
     request_id: str | None,
+    min_tokens: int | None = None,
+    ignore_eos: bool = False,
 ) -> pb.GenerateRequest:
     """The GenerateRequest; unset sampling options stay unset so that the server's defaults apply."""
     sampling = pb.SamplingParams(stop=[stop] if isinstance(stop, str) else list(stop or ()))
@@ -114,6 +116,10 @@ def build_generate_request(
         if not 0 <= seed <= _UINT64_MAX:
             raise ValueError(f"seed must be an unsigned 64-bit integer, got {seed}")
         sampling.seed = seed
+    if min_tokens is not None:
+        sampling.min_tokens = min_tokens
+    if ignore_eos:
+        sampling.ignore_eos = True
     request = pb.GenerateRequest(
         model=model,
         sampling=sampling,

@@ -109,6 +109,8 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    min_tokens: int = 0  # EOS is masked and stop strings ignored until this many tokens
+    ignore_eos: bool = False  # EOS is an ordinary token: generation runs to max_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,8 @@ class GenerateSpec:
     top_k: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    min_tokens: int | None = None
+    ignore_eos: bool = False
     priority: Priority = Priority.NORMAL
     request_id: str = ""
 

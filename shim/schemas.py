@@ -106,6 +106,8 @@ class GenerateBody(_Body):
     top_k: Int32 | None = None
     seed: Annotated[int, Field(ge=0, le=_UINT64_MAX)] | None = None
     stop: Text | list[Text] | None = None
+    min_tokens: Int32 | None = None
+    ignore_eos: StrictBool = False
     stream: StrictBool = False
     priority: PriorityName | None = None
     request_id: Text | None = None

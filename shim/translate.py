@@ -215,6 +215,8 @@ def generate_request_to_proto(body: GenerateBody, *, priority: PriorityName | No
         stop=body.stop,
         priority=priority,
         request_id=body.request_id,
+        min_tokens=body.min_tokens,
+        ignore_eos=body.ignore_eos,
     )
 
 

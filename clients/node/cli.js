@@ -16,6 +16,7 @@ const USAGE = `usage: node cli.js --target HOST:PORT <command>
   infer MODEL --fill N --size K [--input NAME]
                                            one line: the outputs of a [K] tensor filled with N
   generate MODEL PROMPT [--max-tokens N] [--seed S] [--temperature T] [--top-p P] [--top-k K] [--stop S]
+                   [--min-tokens N] [--ignore-eos]
                                            one line per chunk; the last has finish_reason and usage
 common options: --timeout SECONDS, --priority low|normal|high, --request-id ID`;
 
@@ -33,6 +34,8 @@ const OPTIONS = {
   'top-p': { type: 'string' },
   'top-k': { type: 'string' },
   stop: { type: 'string', multiple: true },
+  'min-tokens': { type: 'string' },
+  'ignore-eos': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 };
 
@@ -117,6 +120,8 @@ async function generate(client, [model, prompt], values, common) {
     topP: number(values, 'top-p'),
     topK: number(values, 'top-k', (v) => Number.parseInt(v, 10)),
     stop: values.stop,
+    minTokens: number(values, 'min-tokens', (v) => Number.parseInt(v, 10)),
+    ignoreEos: values['ignore-eos'] ?? false,
   });
   // Ctrl-C cancels the call, so the server frees the sequence at once.
   const onSigint = () => stream.cancel();

@@ -107,6 +107,8 @@ function buildSampling(opts) {
   if (opts.topP !== undefined) sampling.top_p = opts.topP;
   if (opts.topK !== undefined) sampling.top_k = opts.topK;
   if (opts.seed !== undefined) sampling.seed = String(opts.seed); // uint64: a string keeps every digit
+  if (opts.minTokens !== undefined) sampling.min_tokens = opts.minTokens;
+  if (opts.ignoreEos) sampling.ignore_eos = true;
   return sampling;
 }
 
@@ -155,6 +157,8 @@ function createClient(target, { timeoutMs = 30_000, credentials } = {}) {
     /**
      * Start a generation. Returns an async iterable of chunks with cancel(); iteration after cancel() ends
      * quietly, other failures throw SluiceError. Leaving a for-await loop early cancels the call.
+     * Options: maxTokens, temperature, topP, topK, seed, stop, minTokens, ignoreEos, priority, requestId,
+     * timeoutMs.
      */
     generate(model, prompt, opts = {}) {
       const request = {

@@ -209,10 +209,12 @@ class ContinuousScheduler:
         seq.last_token = token
         if seq.slot is not None:
             self.pool.set_tokens(seq.slot, seq.position)
-        if token == self.model.eos_id:
+        if token == self.model.eos_id and not seq.params.ignore_eos:
             self._finish(seq, FinishReason.STOP, chunk=TokenChunk(text=seq.text.flush(), token_ids=[token]))
             return
-        text, stopped = seq.text.feed(self.model.token_bytes(token))
+        text, stopped = seq.text.feed(
+            self.model.token_bytes(token), may_stop=seq.generated >= seq.params.min_tokens
+        )
         chunk = TokenChunk(text=text, token_ids=[token])
         if stopped:
             self._finish(seq, FinishReason.STOP, chunk=chunk)

@@ -84,8 +84,16 @@ def resolve_request(
                 field="sampling.max_tokens",
                 metadata={"context_length": context, "prompt_tokens": len(prompt)},
             )
+    min_tokens = spec.min_tokens or 0
+    if not 0 <= min_tokens <= max_tokens:
+        raise InvalidArgument(
+            f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}",
+            field="sampling.min_tokens",
+        )
     params = SamplingParams(
         max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=spec.ignore_eos,
         temperature=1.0 if spec.temperature is None else spec.temperature,
         top_p=1.0 if spec.top_p is None else spec.top_p,
         top_k=spec.top_k or 0,

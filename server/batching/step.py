@@ -25,6 +25,7 @@ class StepPlan:
     positions: list[int]
     params: list[SamplingParams]
     uniforms: np.ndarray
+    eos_masked: list[int]  # rows whose sequence may not end yet (min_tokens): EOS cannot be sampled there
 
     @classmethod
     def of(cls, joiners: list[GenSequence], runnable: list[GenSequence]) -> StepPlan:
@@ -38,6 +39,7 @@ class StepPlan:
             positions=[s.position for s in runnable],
             params=[s.params for s in batch],
             uniforms=uniforms(seeds, counters),
+            eos_masked=[row for row, s in enumerate(batch) if s.generated < s.params.min_tokens],
         )
 
 
@@ -62,6 +64,8 @@ def _step(model: GenerativeModel, plan: StepPlan) -> list[int]:
         logits = decoded if logits is None else torch.cat([logits, decoded])
     if logits is None:
         raise RuntimeError("a step needs at least one sequence")
+    if plan.eos_masked and model.eos_id is not None:
+        logits[plan.eos_masked, model.eos_id] = -torch.inf
     chosen = sample(
         logits,
         temperature=torch.tensor([p.temperature for p in plan.params], device=device),

@@ -19,8 +19,9 @@ class TextAssembler:
         self._state = 0
         self._held = ""
 
-    def feed(self, data: bytes) -> tuple[str, bool]:
-        """Adds a token's bytes; returns (text safe to emit now, whether a stop sequence completed)."""
+    def feed(self, data: bytes, *, may_stop: bool = True) -> tuple[str, bool]:
+        """Adds a token's bytes; returns (text safe to emit now, whether a stop sequence completed). A stop
+        that completes while `may_stop` is False (min_tokens not reached) is ordinary text."""
         new = self._decoder.decode(data)
         matcher = self._matcher
         if matcher is None:
@@ -28,14 +29,14 @@ class TextAssembler:
         state, ends = self._state, matcher.ends
         for index, char in enumerate(new):
             state = matcher.step(state, char)
-            if ends[state]:
+            if ends[state] and may_stop:
                 text = self._held + new[: index + 1]
                 self._held = ""
                 return text[: len(text) - ends[state]], True
         self._state = state
         text = self._held + new
-        # The automaton's depth is the longest suffix that could still become a stop: hold exactly that.
-        hold = matcher.depth[state]
+        # The longest suffix that could still grow into a stop is held back, no more.
+        hold = matcher.hold[state]
         self._held = text[len(text) - hold :] if hold else ""
         return text[: len(text) - hold], False
 

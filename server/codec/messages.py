@@ -107,6 +107,8 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         top_k=s.top_k if s.HasField("top_k") else None,
         seed=s.seed if s.HasField("seed") else None,
         stop=tuple(s.stop),
+        min_tokens=s.min_tokens if s.HasField("min_tokens") else None,
+        ignore_eos=s.ignore_eos,
         priority=decode_priority(request.priority),
         request_id=request.request_id,
     )

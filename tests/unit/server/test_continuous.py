@@ -15,7 +15,7 @@ from server.batching.requests import RequestLimits
 from server.batching.sequence import GenSequence
 from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, TokenChunk
-from server.errors import LimitExceeded
+from server.errors import InvalidArgument, LimitExceeded
 from server.metrics import Metrics
 from server.runtimes.byte_lm import ByteLm
 
@@ -198,3 +198,40 @@ def test_requests_that_cannot_fit_are_refused_naming_the_limit() -> None:
         h.submit("x" * 200)
     assert info.value.field == "text"
     h.worker.shutdown()
+
+
+class EagerEosLm(RecordingLm):
+    """Prefers the end-of-sequence token above all others: greedy decoding ends at once unless told not to."""
+
+    def prefill_many(self, prompts: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
+        logits = super().prefill_many(prompts)
+        logits[:, self.eos_id] = 1e4
+        return logits
+
+    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        logits = super().decode(slots, tokens, positions)
+        logits[:, self.eos_id] = 1e4
+        return logits
+
+
+def test_min_tokens_masks_eos_until_reached_and_ignore_eos_runs_to_max_tokens() -> None:
+    async def body(h: Harness) -> None:
+        eos = h.model.eos_id
+        plain = await collect(h, h.submit("x", max_tokens=10, temperature=0.0))
+        assert tokens(plain) == [eos] and plain[-1].finish_reason is FinishReason.STOP
+        held = await collect(h, h.submit("x", max_tokens=10, temperature=0.0, min_tokens=5))
+        assert eos not in tokens(held)[:5] and tokens(held)[5] == eos
+        assert held[-1].finish_reason is FinishReason.STOP and held[-1].usage.completion_tokens == 6
+        fixed = await collect(h, h.submit("x", max_tokens=10, temperature=0.0, ignore_eos=True))
+        assert len(tokens(fixed)) == 10 and fixed[-1].finish_reason is FinishReason.LENGTH
+
+    drive(Harness(model=EagerEosLm()), body)
+
+
+def test_min_tokens_beyond_max_tokens_is_refused() -> None:
+    async def body(h: Harness) -> None:
+        with pytest.raises(InvalidArgument) as info:
+            h.submit("x", max_tokens=4, min_tokens=5)
+        assert info.value.field == "sampling.min_tokens"
+
+    drive(Harness(), body)

@@ -89,3 +89,11 @@ def test_the_cost_per_character_does_not_grow_with_the_number_of_stops() -> None
     cost(10)  # warm
     few, many = min(cost(4) for _ in range(3)), min(cost(20_000) for _ in range(3))
     assert many < 5 * few, (few, many)
+
+
+def test_a_stop_completed_before_min_tokens_is_ordinary_text() -> None:
+    assembler = TextAssembler(("ab",))
+    assert assembler.feed(b"a", may_stop=False) == ("", False)
+    assert assembler.feed(b"b", may_stop=False) == ("ab", False)
+    assert assembler.feed(b"a") == ("", False)
+    assert assembler.feed(b"b") == ("", True)

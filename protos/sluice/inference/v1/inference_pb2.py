@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#sluice/inference/v1/inference.proto\x12\x13sluice.inference.v1\x1a\x1egoogle/protobuf/duration.proto\"\x9e\x01\n\x0eTensorContents\x12\x15\n\rfp32_contents\x18\x01 \x03(\x02\x12\x15\n\rfp64_contents\x18\x02 \x03(\x01\x12\x16\n\x0eint32_contents\x18\x03 \x03(\x05\x12\x16\n\x0eint64_contents\x18\x04 \x03(\x03\x12\x15\n\rbool_contents\x18\x05 \x03(\x08\x12\x17\n\x0fstring_contents\x18\x06 \x03(\t\"\xa0\x01\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\x05\x64type\x18\x02 \x01(\x0e\x32\x1d.sluice.inference.v1.DataType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x14\n\x0craw_contents\x18\x04 \x01(\x0c\x12\x35\n\x08\x63ontents\x18\x05 \x01(\x0b\x32#.sluice.inference.v1.TensorContents\"u\n\x0eParameterValue\x12\x14\n\nbool_value\x18\x01 \x01(\x08H\x00\x12\x15\n\x0bint64_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x04 \x01(\tH\x00\x42\x06\n\x04kind\"\xc5\x02\n\x0cInferRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\x06inputs\x18\x02 \x03(\x0b\x32\x1b.sluice.inference.v1.Tensor\x12\x45\n\nparameters\x18\x03 \x03(\x0b\x32\x31.sluice.inference.v1.InferRequest.ParametersEntry\x12/\n\x08priority\x18\x04 \x01(\x0e\x32\x1d.sluice.inference.v1.Priority\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x15\n\rtyped_outputs\x18\x06 \x01(\x08\x1aV\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.sluice.inference.v1.ParameterValue:\x02\x38\x01\"x\n\x07Timings\x12-\n\nqueue_wait\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x07\x63ompute\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\"\xa6\x01\n\rInferResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12,\n\x07outputs\x18\x03 \x03(\x0b\x32\x1b.sluice.inference.v1.Tensor\x12-\n\x07timings\x18\x04 \x01(\x0b\x32\x1c.sluice.inference.v1.Timings\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xc8\x01\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\tB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seed\"\xea\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x32\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x1d.sluice.inference.v1.TokenIdsH\x00\x12\x35\n\x08sampling\x18\x04 \x01(\x0b\x32#.sluice.inference.v1.SamplingParams\x12/\n\x08priority\x18\x05 \x01(\x0e\x32\x1d.sluice.inference.v1.Priority\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\x08\n\x06prompt\"O\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x05\"<\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xc9\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x38\n\rfinish_reason\x18\x03 \x01(\x0e\x32!.sluice.inference.v1.FinishReason\x12)\n\x05usage\x18\x04 \x01(\x0b\x32\x1a.sluice.inference.v1.Usage\x12/\n\x05\x65rror\x18\x05 \x01(\x0b\x32 .sluice.inference.v1.ErrorStatus\"W\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\x05\x64type\x18\x02 \x01(\x0e\x32\x1d.sluice.inference.v1.DataType\x12\r\n\x05shape\x18\x03 \x03(\x03\"s\n\x0bModelLimits\x12\x16\n\x0emax_batch_size\x18\x01 \x01(\x05\x12\x16\n\x0e\x63ontext_length\x18\x02 \x01(\x05\x12\x12\n\nmax_tokens\x18\x03 \x01(\x05\x12 \n\x18max_concurrent_sequences\x18\x04 \x01(\x05\"\x92\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12,\n\x04kind\x18\x03 \x01(\x0e\x32\x1e.sluice.inference.v1.ModelKind\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12/\n\x06inputs\x18\x05 \x03(\x0b\x32\x1f.sluice.inference.v1.TensorSpec\x12\x30\n\x07outputs\x18\x06 \x03(\x0b\x32\x1f.sluice.inference.v1.TensorSpec\x12\x30\n\x06limits\x18\x07 \x01(\x0b\x32 .sluice.inference.v1.ModelLimits\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\"\x13\n\x11ListModelsRequest\"D\n\x12ListModelsResponse\x12.\n\x06models\x18\x01 \x03(\x0b\x32\x1e.sluice.inference.v1.ModelInfo\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x10GetModelResponse\x12-\n\x05model\x18\x01 \x01(\x0b\x32\x1e.sluice.inference.v1.ModelInfo*\xbe\x01\n\x08\x44\x61taType\x12\x19\n\x15\x44\x41TA_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44\x41TA_TYPE_FLOAT32\x10\x01\x12\x15\n\x11\x44\x41TA_TYPE_FLOAT64\x10\x02\x12\x15\n\x11\x44\x41TA_TYPE_FLOAT16\x10\x03\x12\x13\n\x0f\x44\x41TA_TYPE_INT32\x10\x04\x12\x13\n\x0f\x44\x41TA_TYPE_INT64\x10\x05\x12\x12\n\x0e\x44\x41TA_TYPE_BOOL\x10\x06\x12\x14\n\x10\x44\x41TA_TYPE_STRING\x10\x07*^\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x10\n\x0cPRIORITY_LOW\x10\x01\x12\x13\n\x0fPRIORITY_NORMAL\x10\x02\x12\x11\n\rPRIORITY_HIGH\x10\x03*\x95\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04*Y\n\tModelKind\x12\x1a\n\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11MODEL_KIND_TENSOR\x10\x01\x12\x19\n\x15MODEL_KIND_GENERATIVE\x10\x02\x32\xf5\x02\n\x10InferenceService\x12N\n\x05Infer\x12!.sluice.inference.v1.InferRequest\x1a\".sluice.inference.v1.InferResponse\x12Y\n\x08Generate\x12$.sluice.inference.v1.GenerateRequest\x1a%.sluice.inference.v1.GenerateResponse0\x01\x12]\n\nListModels\x12&.sluice.inference.v1.ListModelsRequest\x1a\'.sluice.inference.v1.ListModelsResponse\x12W\n\x08GetModel\x12$.sluice.inference.v1.GetModelRequest\x1a%.sluice.inference.v1.GetModelResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#sluice/inference/v1/inference.proto\x12\x13sluice.inference.v1\x1a\x1egoogle/protobuf/duration.proto\"\x9e\x01\n\x0eTensorContents\x12\x15\n\rfp32_contents\x18\x01 \x03(\x02\x12\x15\n\rfp64_contents\x18\x02 \x03(\x01\x12\x16\n\x0eint32_contents\x18\x03 \x03(\x05\x12\x16\n\x0eint64_contents\x18\x04 \x03(\x03\x12\x15\n\rbool_contents\x18\x05 \x03(\x08\x12\x17\n\x0fstring_contents\x18\x06 \x03(\t\"\xa0\x01\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\x05\x64type\x18\x02 \x01(\x0e\x32\x1d.sluice.inference.v1.DataType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x14\n\x0craw_contents\x18\x04 \x01(\x0c\x12\x35\n\x08\x63ontents\x18\x05 \x01(\x0b\x32#.sluice.inference.v1.TensorContents\"u\n\x0eParameterValue\x12\x14\n\nbool_value\x18\x01 \x01(\x08H\x00\x12\x15\n\x0bint64_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x04 \x01(\tH\x00\x42\x06\n\x04kind\"\xc5\x02\n\x0cInferRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\x06inputs\x18\x02 \x03(\x0b\x32\x1b.sluice.inference.v1.Tensor\x12\x45\n\nparameters\x18\x03 \x03(\x0b\x32\x31.sluice.inference.v1.InferRequest.ParametersEntry\x12/\n\x08priority\x18\x04 \x01(\x0e\x32\x1d.sluice.inference.v1.Priority\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x15\n\rtyped_outputs\x18\x06 \x01(\x08\x1aV\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.sluice.inference.v1.ParameterValue:\x02\x38\x01\"x\n\x07Timings\x12-\n\nqueue_wait\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x07\x63ompute\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\"\xa6\x01\n\rInferResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12,\n\x07outputs\x18\x03 \x03(\x0b\x32\x1b.sluice.inference.v1.Tensor\x12-\n\x07timings\x18\x04 \x01(\x0b\x32\x1c.sluice.inference.v1.Timings\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\x98\x02\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x17\n\nmin_tokens\x18\x07 \x01(\x05H\x05\x88\x01\x01\x12\x17\n\nignore_eos\x18\x08 \x01(\x08H\x06\x88\x01\x01\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seedB\r\n\x0b_min_tokensB\r\n\x0b_ignore_eos\"\xea\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x32\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x1d.sluice.inference.v1.TokenIdsH\x00\x12\x35\n\x08sampling\x18\x04 \x01(\x0b\x32#.sluice.inference.v1.SamplingParams\x12/\n\x08priority\x18\x05 \x01(\x0e\x32\x1d.sluice.inference.v1.Priority\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\x08\n\x06prompt\"O\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x05\"<\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xc9\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x38\n\rfinish_reason\x18\x03 \x01(\x0e\x32!.sluice.inference.v1.FinishReason\x12)\n\x05usage\x18\x04 \x01(\x0b\x32\x1a.sluice.inference.v1.Usage\x12/\n\x05\x65rror\x18\x05 \x01(\x0b\x32 .sluice.inference.v1.ErrorStatus\"W\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\x05\x64type\x18\x02 \x01(\x0e\x32\x1d.sluice.inference.v1.DataType\x12\r\n\x05shape\x18\x03 \x03(\x03\"s\n\x0bModelLimits\x12\x16\n\x0emax_batch_size\x18\x01 \x01(\x05\x12\x16\n\x0e\x63ontext_length\x18\x02 \x01(\x05\x12\x12\n\nmax_tokens\x18\x03 \x01(\x05\x12 \n\x18max_concurrent_sequences\x18\x04 \x01(\x05\"\x92\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12,\n\x04kind\x18\x03 \x01(\x0e\x32\x1e.sluice.inference.v1.ModelKind\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12/\n\x06inputs\x18\x05 \x03(\x0b\x32\x1f.sluice.inference.v1.TensorSpec\x12\x30\n\x07outputs\x18\x06 \x03(\x0b\x32\x1f.sluice.inference.v1.TensorSpec\x12\x30\n\x06limits\x18\x07 \x01(\x0b\x32 .sluice.inference.v1.ModelLimits\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\"\x13\n\x11ListModelsRequest\"D\n\x12ListModelsResponse\x12.\n\x06models\x18\x01 \x03(\x0b\x32\x1e.sluice.inference.v1.ModelInfo\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x10GetModelResponse\x12-\n\x05model\x18\x01 \x01(\x0b\x32\x1e.sluice.inference.v1.ModelInfo*\xbe\x01\n\x08\x44\x61taType\x12\x19\n\x15\x44\x41TA_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44\x41TA_TYPE_FLOAT32\x10\x01\x12\x15\n\x11\x44\x41TA_TYPE_FLOAT64\x10\x02\x12\x15\n\x11\x44\x41TA_TYPE_FLOAT16\x10\x03\x12\x13\n\x0f\x44\x41TA_TYPE_INT32\x10\x04\x12\x13\n\x0f\x44\x41TA_TYPE_INT64\x10\x05\x12\x12\n\x0e\x44\x41TA_TYPE_BOOL\x10\x06\x12\x14\n\x10\x44\x41TA_TYPE_STRING\x10\x07*^\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x10\n\x0cPRIORITY_LOW\x10\x01\x12\x13\n\x0fPRIORITY_NORMAL\x10\x02\x12\x11\n\rPRIORITY_HIGH\x10\x03*\x95\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04*Y\n\tModelKind\x12\x1a\n\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11MODEL_KIND_TENSOR\x10\x01\x12\x19\n\x15MODEL_KIND_GENERATIVE\x10\x02\x32\xf5\x02\n\x10InferenceService\x12N\n\x05Infer\x12!.sluice.inference.v1.InferRequest\x1a\".sluice.inference.v1.InferResponse\x12Y\n\x08Generate\x12$.sluice.inference.v1.GenerateRequest\x1a%.sluice.inference.v1.GenerateResponse0\x01\x12]\n\nListModels\x12&.sluice.inference.v1.ListModelsRequest\x1a\'.sluice.inference.v1.ListModelsResponse\x12W\n\x08GetModel\x12$.sluice.inference.v1.GetModelRequest\x1a%.sluice.inference.v1.GetModelResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,14 +34,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INFERREQUEST_PARAMETERSENTRY']._loaded_options = None
   _globals['_INFERREQUEST_PARAMETERSENTRY']._serialized_options = b'8\001'
-  _globals['_DATATYPE']._serialized_start=2641
-  _globals['_DATATYPE']._serialized_end=2831
-  _globals['_PRIORITY']._serialized_start=2833
-  _globals['_PRIORITY']._serialized_end=2927
-  _globals['_FINISHREASON']._serialized_start=2930
-  _globals['_FINISHREASON']._serialized_end=3079
-  _globals['_MODELKIND']._serialized_start=3081
-  _globals['_MODELKIND']._serialized_end=3170
+  _globals['_DATATYPE']._serialized_start=2721
+  _globals['_DATATYPE']._serialized_end=2911
+  _globals['_PRIORITY']._serialized_start=2913
+  _globals['_PRIORITY']._serialized_end=3007
+  _globals['_FINISHREASON']._serialized_start=3010
+  _globals['_FINISHREASON']._serialized_end=3159
+  _globals['_MODELKIND']._serialized_start=3161
+  _globals['_MODELKIND']._serialized_end=3250
   _globals['_TENSORCONTENTS']._serialized_start=93
   _globals['_TENSORCONTENTS']._serialized_end=251
   _globals['_TENSOR']._serialized_start=254
@@ -59,29 +59,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENIDS']._serialized_start=1154
   _globals['_TOKENIDS']._serialized_end=1177
   _globals['_SAMPLINGPARAMS']._serialized_start=1180
-  _globals['_SAMPLINGPARAMS']._serialized_end=1380
-  _globals['_GENERATEREQUEST']._serialized_start=1383
-  _globals['_GENERATEREQUEST']._serialized_end=1617
-  _globals['_USAGE']._serialized_start=1619
-  _globals['_USAGE']._serialized_end=1698
-  _globals['_ERRORSTATUS']._serialized_start=1700
-  _globals['_ERRORSTATUS']._serialized_end=1760
-  _globals['_GENERATERESPONSE']._serialized_start=1763
-  _globals['_GENERATERESPONSE']._serialized_end=1964
-  _globals['_TENSORSPEC']._serialized_start=1966
-  _globals['_TENSORSPEC']._serialized_end=2053
-  _globals['_MODELLIMITS']._serialized_start=2055
-  _globals['_MODELLIMITS']._serialized_end=2170
-  _globals['_MODELINFO']._serialized_start=2173
-  _globals['_MODELINFO']._serialized_end=2447
-  _globals['_LISTMODELSREQUEST']._serialized_start=2449
-  _globals['_LISTMODELSREQUEST']._serialized_end=2468
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2470
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2538
-  _globals['_GETMODELREQUEST']._serialized_start=2540
-  _globals['_GETMODELREQUEST']._serialized_end=2571
-  _globals['_GETMODELRESPONSE']._serialized_start=2573
-  _globals['_GETMODELRESPONSE']._serialized_end=2638
-  _globals['_INFERENCESERVICE']._serialized_start=3173
-  _globals['_INFERENCESERVICE']._serialized_end=3546
+  _globals['_SAMPLINGPARAMS']._serialized_end=1460
+  _globals['_GENERATEREQUEST']._serialized_start=1463
+  _globals['_GENERATEREQUEST']._serialized_end=1697
+  _globals['_USAGE']._serialized_start=1699
+  _globals['_USAGE']._serialized_end=1778
+  _globals['_ERRORSTATUS']._serialized_start=1780
+  _globals['_ERRORSTATUS']._serialized_end=1840
+  _globals['_GENERATERESPONSE']._serialized_start=1843
+  _globals['_GENERATERESPONSE']._serialized_end=2044
+  _globals['_TENSORSPEC']._serialized_start=2046
+  _globals['_TENSORSPEC']._serialized_end=2133
+  _globals['_MODELLIMITS']._serialized_start=2135
+  _globals['_MODELLIMITS']._serialized_end=2250
+  _globals['_MODELINFO']._serialized_start=2253
+  _globals['_MODELINFO']._serialized_end=2527
+  _globals['_LISTMODELSREQUEST']._serialized_start=2529
+  _globals['_LISTMODELSREQUEST']._serialized_end=2548
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2550
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2618
+  _globals['_GETMODELREQUEST']._serialized_start=2620
+  _globals['_GETMODELREQUEST']._serialized_end=2651
+  _globals['_GETMODELRESPONSE']._serialized_start=2653
+  _globals['_GETMODELRESPONSE']._serialized_end=2718
+  _globals['_INFERENCESERVICE']._serialized_start=3253
+  _globals['_INFERENCESERVICE']._serialized_end=3626
 # @@protoc_insertion_point(module_scope)
