@@ -8,6 +8,7 @@ import contextlib
 import gc
 import logging
 import os
+import socket
 import sys
 
 import grpc
@@ -80,9 +81,8 @@ class SluiceServer:
         limit = 2 * settings.max_message_bytes  # between 1x and 2x the servicer answers with ErrorInfo
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft
         # limit goes up to the hard one, and connections are capped below it.
-        fds = raise_fd_limit()
-        self.max_connections = fds.connection_cap(settings.max_connections)
-        log.info("%s; at most %d client connections", fds.describe(), self.max_connections)
+        self.fds = raise_fd_limit()
+        self.max_connections = self.fds.connection_cap(settings.max_connections)
         self.server = grpc.aio.server(
             interceptors=[self.interceptor],
             options=[
@@ -114,13 +114,15 @@ class SluiceServer:
         for name in ("", SERVICE, READINESS):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         address = f"{self.settings.host}:{self.settings.port}"
+        _check_free(self.settings.host, self.settings.port)
         try:
             self.port = self.server.add_insecure_port(address)
         except RuntimeError as exc:  # grpc says "Failed to bind to address ..."
             raise ValueError(
-                f"invalid setting port: cannot listen on {address} ({exc}); choose a free --port, or 0"
+                f"invalid setting port: cannot listen on {address}; choose a free --port, or 0"
             ) from exc
         await self.server.start()
+        log.info("%s; at most %d client connections", self.fds.describe(), self.max_connections)
         if self.settings.metrics_port >= 0:
             try:
                 self.metrics_port = self.metrics.serve(
@@ -279,6 +281,22 @@ class SluiceServer:
                 await task
         for worker in self.workers:
             worker.shutdown()
+
+
+def _check_free(host: str, port: int) -> None:
+    """Refuses a busy port in one line, before grpc tries it (and logs its own error lines)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ValueError(
+                f"invalid setting port: cannot listen on {host}:{port} ({exc.strerror}); "
+                "choose a free --port, or 0"
+            ) from exc
 
 
 def _methods(
