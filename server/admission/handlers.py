@@ -6,6 +6,7 @@ bytes safely, so that no method answers malformed input with UNKNOWN."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import time
@@ -85,11 +86,8 @@ def guarded_handler(
         stream_behaviour: Any = handler.unary_stream
 
         async def guarded_stream(request: Any, context: Context) -> AsyncIterator[Any]:
-            logged = access_log.sampled()
-            started = time.monotonic()
-            last: Any = None
-            failure: BaseException | None = None
-            try:
+            call_log = _CallLog.sampled(access_log, name, request)
+            with call_log or _UNLOGGED:
                 slot = await admit(request, context, method)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request.request_id),))
@@ -98,18 +96,13 @@ def guarded_handler(
                 try:
                     async for message in stream_behaviour(request, context):
                         watched.writing_since = clock()
-                        last = message
+                        if call_log is not None:
+                            call_log.answer = message
                         yield message
                         watched.writing_since = 0.0
                 finally:
                     watchdog.forget(watched)
                     slot.release()
-            except BaseException as exc:
-                failure = exc
-                raise
-            finally:
-                if logged:
-                    _log_stream(access_log, name, request, last, failure, started)
 
         return grpc.unary_stream_rpc_method_handler(
             guarded_stream, request_deserializer=read, response_serializer=handler.response_serializer
@@ -117,65 +110,71 @@ def guarded_handler(
     unary_behaviour: Any = handler.unary_unary
 
     async def guarded_unary(request: Any, context: Context) -> Any:
-        logged = access_log.sampled()
-        started = time.monotonic()
-        response: Any = None
-        failure: BaseException | None = None
-        try:
+        call_log = _CallLog.sampled(access_log, name, request)
+        with call_log or _UNLOGGED:
             slot = await admit(request, context, method)
             try:
                 response = await unary_behaviour(request, context)
-                return response
             finally:
                 slot.release()
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            if logged:
-                _log_unary(access_log, name, request, response, failure, started)
+            if call_log is not None:
+                call_log.answer = response
+            return response
 
     return grpc.unary_unary_rpc_method_handler(
         guarded_unary, request_deserializer=read, response_serializer=handler.response_serializer
     )
 
 
-def _common(method: str, request: Any, failure: BaseException | None, started: float) -> dict[str, Any]:
-    status, reason = _outcome(failure)
-    refused = isinstance(request, Refused)
-    return {
-        "method": method,
-        "model": request.model if not refused else request.model or None,
-        "request_id": None if refused else request.request_id,
-        "status": status,
-        "reason": reason or None,
-        "queue_ms": round(ADMISSION_WAIT.get() * 1000, 3),
-        "duration_ms": round((time.monotonic() - started) * 1000, 3),
-    }
+_UNLOGGED = contextlib.nullcontext()
+_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
-def _log_unary(
-    log: AccessLog, method: str, request: Any, response: Any, failure: BaseException | None, started: float
-) -> None:
-    line = _common(method, request, failure, started)
-    if response is not None and response.HasField("timings"):
-        timings = response.timings
-        line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
-        line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
-        line["batch_size"] = timings.batch_size
-    log.write(**line)
+class _CallLog:
+    """The access-log line of one sampled call: opened as it arrives, written as it ends, however it ends.
+    `answer` is the unary response, or a stream's last message."""
 
+    __slots__ = ("answer", "log", "method", "request", "started")
 
-def _log_stream(
-    log: AccessLog, method: str, request: Any, last: Any, failure: BaseException | None, started: float
-) -> None:
-    line = _common(method, request, failure, started)
-    if last is not None:
-        if last.HasField("error"):
-            line["status"], line["reason"] = grpc.StatusCode(last.error.code).name, last.error.reason
-        line["tokens"] = last.usage.completion_tokens
-        line["finish_reason"] = last.finish_reason
-    log.write(**line)
+    def __init__(self, log: AccessLog, method: str, request: Any) -> None:
+        self.log, self.method, self.request = log, method, request
+        self.started = time.monotonic()
+        self.answer: Any = None
+
+    @classmethod
+    def sampled(cls, log: AccessLog, method: str, request: Any) -> _CallLog | None:
+        return cls(log, method, request) if log.sampled() else None
+
+    def __enter__(self) -> _CallLog:
+        return self
+
+    def __exit__(self, kind: object, failure: BaseException | None, trace: object) -> None:
+        status, reason = _outcome(failure)
+        request, answer = self.request, self.answer
+        refused = isinstance(request, Refused)
+        line: dict[str, Any] = {
+            "method": self.method,
+            "model": request.model or None,
+            "request_id": None if refused else request.request_id,
+            "status": status,
+            "reason": reason or None,
+            "queue_ms": round(ADMISSION_WAIT.get() * 1000, 3),
+            "duration_ms": round((time.monotonic() - self.started) * 1000, 3),
+        }
+        if answer is not None and "timings" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
+            timings = answer.timings
+            line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
+            line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
+            line["batch_size"] = timings.batch_size
+        elif answer is not None:  # a Generate stream's last message
+            if answer.HasField("error"):
+                line["status"], line["reason"] = (
+                    _CODE_NAMES.get(answer.error.code, "UNKNOWN"),
+                    answer.error.reason,
+                )
+            line["tokens"] = answer.usage.completion_tokens
+            line["finish_reason"] = answer.finish_reason
+        self.log.write(**line)
 
 
 def parsing_handler(handler: Handler, path: str) -> Handler:
