@@ -14,11 +14,14 @@ from clients.errors import (
 )
 from clients.sync import GenerationStream, SluiceClient
 from clients.types import (
+    ChatMessage,
     GenerationChunk,
     InferResult,
     ModelInfo,
     StreamError,
     TensorSpec,
+    TokenLogprob,
+    TokenProbability,
     Usage,
 )
 
@@ -26,6 +29,7 @@ __all__ = [
     "AsyncGenerationStream",
     "AsyncSluiceClient",
     "ChannelSettings",
+    "ChatMessage",
     "DeadlineExceededError",
     "GenerationChunk",
     "GenerationStream",
@@ -40,6 +44,8 @@ __all__ = [
     "SluiceError",
     "StreamError",
     "TensorSpec",
+    "TokenLogprob",
+    "TokenProbability",
     "UnavailableError",
     "Usage",
 ]

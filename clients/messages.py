@@ -22,6 +22,7 @@ from clients.codec import (
 )
 from clients.errors import status_code_from_number
 from clients.types import (
+    ChatMessage,
     GenerationChunk,
     InferResult,
     ModelInfo,
@@ -30,6 +31,8 @@ from clients.types import (
     PriorityName,
     StreamError,
     TensorSpec,
+    TokenLogprob,
+    TokenProbability,
     Usage,
 )
 
@@ -88,7 +91,7 @@ def infer_request(
 
 def build_generate_request(
     model: str,
-    prompt: str | Sequence[int],
+    prompt: str | Sequence[int] | Sequence[ChatMessage],
     *,
     max_tokens: int | None,
     temperature: float | None,
@@ -100,6 +103,7 @@ def build_generate_request(
     request_id: str | None,
     min_tokens: int | None = None,
     ignore_eos: bool = False,
+    logprobs: int | None = None,
 ) -> pb.GenerateRequest:
     """The GenerateRequest; unset sampling options stay unset so that the server's defaults apply."""
     sampling = pb.SamplingParams(stop=[stop] if isinstance(stop, str) else list(stop or ()))
@@ -120,6 +124,8 @@ def build_generate_request(
         sampling.min_tokens = min_tokens
     if ignore_eos:
         sampling.ignore_eos = True
+    if logprobs is not None:
+        sampling.logprobs = logprobs
     request = pb.GenerateRequest(
         model=model,
         sampling=sampling,
@@ -128,10 +134,17 @@ def build_generate_request(
     )
     if isinstance(prompt, str):
         request.text = prompt
+    elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, ChatMessage) for m in prompt):
+        request.chat.messages.extend(
+            pb.ChatMessage(role=m.role, content=m.content) for m in prompt if isinstance(m, ChatMessage)
+        )
     elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
-        request.token_ids.ids.extend(int(t) for t in prompt)
+        request.token_ids.ids.extend(int(t) for t in prompt if isinstance(t, int))
     else:
-        raise TypeError(f"prompt must be a str or a sequence of int token ids, got {type(prompt).__name__}")
+        raise TypeError(
+            "prompt must be a str, a sequence of int token ids or of ChatMessage, "
+            f"got {type(prompt).__name__}"
+        )
     return request
 
 
@@ -174,7 +187,15 @@ def chunk_from_response(response: pb.GenerateResponse) -> GenerationChunk:
         finish_reason=finish_reason_name(response.finish_reason),
         usage=usage,
         error=error,
+        logprobs=[
+            TokenLogprob(_probability(entry.chosen), [_probability(t) for t in entry.top])
+            for entry in response.logprobs
+        ],
     )
+
+
+def _probability(probability: pb.TokenProbability) -> TokenProbability:
+    return TokenProbability(probability.token_id, probability.token, probability.logprob)
 
 
 def _spec(spec: pb.TensorSpec) -> TensorSpec:

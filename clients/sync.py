@@ -19,7 +19,7 @@ from clients.messages import (
     model_info_from_proto,
     result_from_response,
 )
-from clients.types import GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
+from clients.types import ChatMessage, GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
 
 __all__ = ["GenerationStream", "SluiceClient"]
 
@@ -108,7 +108,7 @@ class SluiceClient:
     def generate(
         self,
         model: str,
-        prompt: str | Sequence[int],
+        prompt: str | Sequence[int] | Sequence[ChatMessage],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
@@ -118,6 +118,7 @@ class SluiceClient:
         stop: Sequence[str] | None = None,
         min_tokens: int | None = None,
         ignore_eos: bool = False,
+        logprobs: int | None = None,
         priority: PriorityName | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
@@ -136,6 +137,7 @@ class SluiceClient:
             request_id=request_id,
             min_tokens=min_tokens,
             ignore_eos=ignore_eos,
+            logprobs=logprobs,
         )
         return GenerationStream(self._stub.Generate(request, timeout=self._deadline(timeout)))
 

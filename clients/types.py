@@ -66,6 +66,31 @@ class StreamError:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One turn of a conversation to continue; the model's chat template renders the prompt."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenProbability:
+    """A token, the bytes it stands for, and its natural-log probability under the model."""
+
+    token_id: int
+    token: bytes
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log-probability and the likeliest alternatives at its position."""
+
+    chosen: TokenProbability
+    top: list[TokenProbability]
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationChunk:
     """One streamed piece of a generation; only the last has `finish_reason` and `usage` set."""
 
@@ -74,6 +99,7 @@ class GenerationChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: StreamError | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token id, when asked for
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,15 +111,25 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     min_tokens: int = 0  # EOS is masked and stop strings ignored until this many tokens
     ignore_eos: bool = False  # EOS is an ordinary token: generation runs to max_tokens
+    logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and k alternatives
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    """One message of a conversation; role is system, user or assistant."""
+
+    role: str
+    content: str
 
 
 @dataclass(frozen=True, slots=True)
 class GenerateSpec:
-    """One Generate request after decoding; exactly one of prompt_text / prompt_ids is set."""
+    """One Generate request after decoding; exactly one of prompt_text / prompt_ids / prompt_chat is set."""
 
     model: str
     prompt_text: str | None
     prompt_ids: tuple[int, ...] | None
+    prompt_chat: tuple[ChatTurn, ...] | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -128,6 +138,7 @@ class GenerateSpec:
     stop: tuple[str, ...] = ()
     min_tokens: int | None = None
     ignore_eos: bool = False
+    logprobs: int | None = None
     priority: Priority = Priority.NORMAL
     request_id: str = ""
 
@@ -151,12 +162,30 @@ class StreamError:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class TokenProbability:
+    """A token with its natural-log probability under the model (before temperature)."""
+
+    token_id: int
+    token: bytes
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """The chosen token's log-probability and the likeliest alternatives at its position."""
+
+    chosen: TokenProbability
+    top: tuple[TokenProbability, ...]
+
+
 @dataclass(slots=True)
 class TokenChunk:
     """New output of one sequence since the last chunk; the last chunk carries the finish reason."""
 
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token id, when asked for
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: StreamError | None = None

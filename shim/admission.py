@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shim.errors import ShimError
 from shim.jsonio import JsonResponse
+from shim.openai.errors import is_openai_path, openai_error_json, openai_headers
 from shim.refusals import shim_overloaded
 from shim.request_body import ClientLeft, check_json_media_type, read_body
 
@@ -58,7 +59,10 @@ class InflightBound:
         await self._idle.wait()
 
 
-def error_response(error: ShimError) -> JsonResponse:
+def error_response(error: ShimError, path: str = "") -> JsonResponse:
+    """The error in the shape of the route family `path` belongs to: OpenAI's, or the native one."""
+    if is_openai_path(path):
+        return JsonResponse(openai_error_json(error), status_code=error.status, headers=openai_headers(error))
     return JsonResponse(error.to_json(), status_code=error.status, headers=error.headers)
 
 
@@ -108,7 +112,7 @@ class AdmissionMiddleware:
             if not self.bound.try_acquire():
                 raise shim_overloaded(self.bound.limit)
         except ShimError as error:
-            await error_response(error)(scope, receive, send)
+            await error_response(error, scope["path"])(scope, receive, send)
             return
         except ClientLeft:
             return  # nobody to answer; uvicorn knows the connection is gone

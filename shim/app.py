@@ -19,6 +19,8 @@ from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.channel import open_upstream
 from shim.config import ShimSettings
 from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
+from shim.openai import routes as openai_routes
+from shim.openai.openapi import with_openai_schemas
 from shim.refusals import internal_error
 from shim.request_body import validation_error
 from shim.routes import health, native
@@ -33,32 +35,32 @@ _CODE_BY_HTTP_STATUS = {
 }
 
 
-async def _on_shim_error(_: Request, exc: Exception) -> Response:
+async def _on_shim_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ShimError):  # pragma: no cover - registered for ShimError only
         raise exc
-    return error_response(exc)
+    return error_response(exc, request.url.path)
 
 
-async def _on_validation_error(_: Request, exc: Exception) -> Response:
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, RequestValidationError):  # pragma: no cover - registered for this type only
         raise exc
     # FastAPI prefixes locations with where the value came from: body, path, query, header.
-    return error_response(validation_error(exc.errors(), skip_prefix=1))
+    return error_response(validation_error(exc.errors(), skip_prefix=1), request.url.path)
 
 
-async def _on_http_error(_: Request, exc: Exception) -> Response:
+async def _on_http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # pragma: no cover - registered for this type only
         raise exc
     code = _CODE_BY_HTTP_STATUS.get(exc.status_code, grpc.StatusCode.UNKNOWN)
     reason = str(exc.detail).upper().replace(" ", "_")
     body = ErrorBody(code=code, message=str(exc.detail), reason=reason, domain=SHIM_DOMAIN)
-    return error_response(ShimError(body, status=exc.status_code))
+    return error_response(ShimError(body, status=exc.status_code), request.url.path)
 
 
-async def _on_unexpected_error(_: Request, exc: Exception) -> Response:
+async def _on_unexpected_error(request: Request, exc: Exception) -> Response:
     # Starlette's server-error middleware calls this for anything unhandled, then re-raises it so that
     # uvicorn logs the traceback; the caller gets the error shape instead of a plain-text 500.
-    return error_response(internal_error(exc))
+    return error_response(internal_error(exc), request.url.path)
 
 
 def create_app(settings: ShimSettings) -> FastAPI:
@@ -78,8 +80,9 @@ def create_app(settings: ShimSettings) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url="/openapi.json",
     )
+    app.openapi = with_openai_schemas(app)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.inflight = InflightBound(settings.max_inflight)
     app.add_middleware(
@@ -103,4 +106,5 @@ def create_app(settings: ShimSettings) -> FastAPI:
     app.add_exception_handler(Exception, _on_unexpected_error)
     app.include_router(health.router)
     app.include_router(native.router)
+    app.include_router(openai_routes.router)
     return app

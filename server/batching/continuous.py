@@ -26,7 +26,14 @@ from server.batching.step import StepPlan, run_step
 from server.batching.stream import TokenStream, merge
 from server.batching.text import TextAssembler
 from server.batching.worker import ModelWorker
-from server.domain import FinishReason, GenerateSpec, StreamError, TokenChunk
+from server.domain import (
+    FinishReason,
+    GenerateSpec,
+    StreamError,
+    TokenChunk,
+    TokenLogprob,
+    TokenProbability,
+)
 from server.errors import (
     ModelFailure,
     ShuttingDown,
@@ -178,7 +185,7 @@ class ContinuousScheduler:
         started = time.monotonic()
         self.active.extend(joiners)
         try:
-            tokens = await self.worker.run(run_step, self.model, plan)
+            result = await self.worker.run(run_step, self.model, plan)
         except Exception as exc:  # the whole step failed: its sequences end with an error, others go on
             error = self._step_error(exc)
             for seq in batch:
@@ -186,15 +193,18 @@ class ContinuousScheduler:
             return
         self._m_compute.observe(time.monotonic() - started)
         self._m_batch.observe(len(batch))
+        tokens = result.tokens
         self._m_tokens.inc(len(tokens))
         for seq in joiners:
             seq.position = len(seq.prompt)
         for seq in runnable:
             seq.position += 1
-        for seq, token in zip(batch, tokens, strict=True):
-            self._deliver(seq, token, step)
+        for row, (seq, token) in enumerate(zip(batch, tokens, strict=True)):
+            self._deliver(seq, token, step, result.logprobs.get(row))
 
-    def _deliver(self, seq: GenSequence, token: int, step: int) -> None:
+    def _deliver(
+        self, seq: GenSequence, token: int, step: int, logprob: tuple[float, list[tuple[int, float]]] | None
+    ) -> None:
         if seq.cancel_step is not None or seq.done:
             # Computed in the step that was in flight when the consumer left; never sent.
             (
@@ -209,13 +219,15 @@ class ContinuousScheduler:
         seq.last_token = token
         if seq.slot is not None:
             self.pool.set_tokens(seq.slot, seq.position)
+        logprobs = [self._token_logprob(token, logprob)] if logprob is not None else []
         if token == self.model.eos_id and not seq.params.ignore_eos:
-            self._finish(seq, FinishReason.STOP, chunk=TokenChunk(text=seq.text.flush(), token_ids=[token]))
+            chunk = TokenChunk(text=seq.text.flush(), token_ids=[token], logprobs=logprobs)
+            self._finish(seq, FinishReason.STOP, chunk=chunk)
             return
         text, stopped = seq.text.feed(
             self.model.token_bytes(token), may_stop=seq.generated >= seq.params.min_tokens
         )
-        chunk = TokenChunk(text=text, token_ids=[token])
+        chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
         if stopped:
             self._finish(seq, FinishReason.STOP, chunk=chunk)
         elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.pool.context_length:
@@ -223,6 +235,14 @@ class ContinuousScheduler:
             self._finish(seq, FinishReason.LENGTH, chunk=chunk)
         else:
             seq.stream.push(chunk)
+
+    def _token_logprob(self, token: int, logprob: tuple[float, list[tuple[int, float]]]) -> TokenLogprob:
+        chosen, top = logprob
+        token_bytes = self.model.token_bytes
+        return TokenLogprob(
+            TokenProbability(token, token_bytes(token), chosen),
+            tuple(TokenProbability(alt, token_bytes(alt), value) for alt, value in top),
+        )
 
     def _finish(
         self,

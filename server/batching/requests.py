@@ -59,6 +59,9 @@ def resolve_request(
                     field=f"token_ids.ids[{index}]",
                 )
         prompt_field = "token_ids.ids"
+    elif spec.prompt_chat is not None:
+        prompt = model.chat_prompt(spec.prompt_chat)
+        prompt_field = "chat.messages"
     else:
         prompt = model.encode(spec.prompt_text or "")
         prompt_field = "text"
@@ -94,6 +97,7 @@ def resolve_request(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=spec.ignore_eos,
+        logprobs=spec.logprobs,
         temperature=1.0 if spec.temperature is None else spec.temperature,
         top_p=1.0 if spec.top_p is None else spec.top_p,
         top_k=spec.top_k or 0,

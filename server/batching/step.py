@@ -26,6 +26,7 @@ class StepPlan:
     params: list[SamplingParams]
     uniforms: np.ndarray
     eos_masked: list[int]  # rows whose sequence may not end yet (min_tokens): EOS cannot be sampled there
+    logprob_rows: list[tuple[int, int]]  # (row, alternatives) for the rows that asked for log-probabilities
 
     @classmethod
     def of(cls, joiners: list[GenSequence], runnable: list[GenSequence]) -> StepPlan:
@@ -40,11 +41,23 @@ class StepPlan:
             params=[s.params for s in batch],
             uniforms=uniforms(seeds, counters),
             eos_masked=[row for row, s in enumerate(batch) if s.generated < s.params.min_tokens],
+            logprob_rows=[
+                (row, s.params.logprobs) for row, s in enumerate(batch) if s.params.logprobs is not None
+            ],
         )
 
 
-def run_step(model: GenerativeModel, plan: StepPlan) -> list[int]:
-    """Returns one token per row: the joiners' first tokens, then the running sequences' next tokens."""
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One token per row (the joiners' first tokens, then the running sequences' next ones), and for the
+    rows that asked, (chosen token's logprob, [(alternative id, logprob), ...] most likely first)."""
+
+    tokens: list[int]
+    logprobs: dict[int, tuple[float, list[tuple[int, float]]]]
+
+
+def run_step(model: GenerativeModel, plan: StepPlan) -> StepResult:
+    """One iteration's model work, on the model's thread."""
     try:
         return _step(model, plan)
     except torch.OutOfMemoryError:
@@ -52,7 +65,7 @@ def run_step(model: GenerativeModel, plan: StepPlan) -> list[int]:
         raise
 
 
-def _step(model: GenerativeModel, plan: StepPlan) -> list[int]:
+def _step(model: GenerativeModel, plan: StepPlan) -> StepResult:
     device = model.device
     logits = model.prefill_many(plan.prefills) if plan.prefills else None
     if plan.slots:
@@ -64,6 +77,12 @@ def _step(model: GenerativeModel, plan: StepPlan) -> list[int]:
         logits = decoded if logits is None else torch.cat([logits, decoded])
     if logits is None:
         raise RuntimeError("a step needs at least one sequence")
+    # Log-probabilities of the model's own distribution: before min_tokens' mask and temperature.
+    logprobs = (
+        torch.log_softmax(logits[[r for r, _ in plan.logprob_rows]].float(), dim=-1)
+        if plan.logprob_rows
+        else None
+    )
     if plan.eos_masked and model.eos_id is not None:
         logits[plan.eos_masked, model.eos_id] = -torch.inf
     chosen = sample(
@@ -73,4 +92,25 @@ def _step(model: GenerativeModel, plan: StepPlan) -> list[int]:
         top_p=torch.tensor([p.top_p for p in plan.params], device=device),
         u=torch.from_numpy(plan.uniforms).to(device),
     )
-    return [int(t) for t in chosen.tolist()]
+    tokens = [int(t) for t in chosen.tolist()]
+    return StepResult(tokens, _logprobs(plan, tokens, logprobs) if logprobs is not None else {})
+
+
+def _logprobs(
+    plan: StepPlan, tokens: list[int], logprobs: torch.Tensor
+) -> dict[int, tuple[float, list[tuple[int, float]]]]:
+    rows = [r for r, _ in plan.logprob_rows]
+    at = logprobs.device
+    chosen = logprobs[
+        torch.arange(len(rows), device=at), torch.tensor([tokens[r] for r in rows], device=at)
+    ].tolist()
+    most = max(k for _, k in plan.logprob_rows)
+    values: list[list[float]] = [[] for _ in rows]
+    ids: list[list[int]] = [[] for _ in rows]
+    if most:
+        top_values, top_ids = logprobs.topk(most, dim=-1)
+        values, ids = top_values.tolist(), top_ids.tolist()
+    return {
+        row: (chosen[i], list(zip(ids[i][:k], values[i][:k], strict=True)))
+        for i, (row, k) in enumerate(plan.logprob_rows)
+    }

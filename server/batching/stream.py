@@ -53,6 +53,7 @@ def merge(chunks: list[TokenChunk], final: TokenChunk | None) -> TokenChunk:
     for chunk in [*chunks, final] if final is not None else chunks:
         out.text += chunk.text
         out.token_ids.extend(chunk.token_ids)
+        out.logprobs.extend(chunk.logprobs)
     if final is not None:
         out.finish_reason, out.usage, out.error = final.finish_reason, final.usage, final.error
     return out

@@ -10,6 +10,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 
 from server.codec.tensors import TO_PB, decode_tensor, encode_tensor
 from server.domain import (
+    ChatTurn,
     FinishReason,
     GenerateSpec,
     InferItem,
@@ -19,6 +20,7 @@ from server.domain import (
     Priority,
     TensorSpec,
     TokenChunk,
+    TokenProbability,
 )
 from server.errors import InvalidArgument, clip
 
@@ -83,11 +85,12 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         raise InvalidArgument("model must be set", field="model")
     which = request.WhichOneof("prompt")
     if which is None:
-        raise InvalidArgument("set the prompt as text or token_ids", field="text")
+        raise InvalidArgument("set the prompt as text, token_ids or chat", field="text")
     if which == "text" and not request.text:
         raise InvalidArgument("prompt text is empty", field="text")
     if which == "token_ids" and not request.token_ids.ids:
         raise InvalidArgument("token_ids is empty", field="token_ids.ids")
+    chat = _decode_chat(request.chat) if which == "chat" else None
     s = request.sampling
     if s.HasField("max_tokens") and s.max_tokens <= 0:
         raise InvalidArgument(f"max_tokens must be > 0, got {s.max_tokens}", field="sampling.max_tokens")
@@ -101,6 +104,7 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         model=request.model,
         prompt_text=request.text if which == "text" else None,
         prompt_ids=tuple(request.token_ids.ids) if which == "token_ids" else None,
+        prompt_chat=chat,
         max_tokens=s.max_tokens if s.HasField("max_tokens") else None,
         temperature=s.temperature if s.HasField("temperature") else None,
         top_p=s.top_p if s.HasField("top_p") else None,
@@ -109,13 +113,47 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         stop=tuple(s.stop),
         min_tokens=s.min_tokens if s.HasField("min_tokens") else None,
         ignore_eos=s.ignore_eos,
+        logprobs=_decode_logprobs(s),
         priority=decode_priority(request.priority),
         request_id=request.request_id,
     )
 
 
+_ROLES = frozenset(("system", "user", "assistant"))
+MAX_LOGPROBS = 5  # as OpenAI's completions API; each alternative costs a top-k over the vocabulary
+
+
+def _decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:
+    if not chat.messages:
+        raise InvalidArgument("chat holds no messages", field="chat.messages")
+    turns = []
+    for index, message in enumerate(chat.messages):
+        if message.role not in _ROLES:
+            raise InvalidArgument(
+                f"role must be system, user or assistant, got {clip(message.role)!r}",
+                field=f"chat.messages[{index}].role",
+            )
+        turns.append(ChatTurn(message.role, message.content))
+    return tuple(turns)
+
+
+def _decode_logprobs(s: pb.SamplingParams) -> int | None:
+    if not s.HasField("logprobs"):
+        return None
+    if not 0 <= s.logprobs <= MAX_LOGPROBS:
+        raise InvalidArgument(
+            f"logprobs must be between 0 and {MAX_LOGPROBS}, got {s.logprobs}", field="sampling.logprobs"
+        )
+    return s.logprobs
+
+
 def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
     out = pb.GenerateResponse(text=chunk.text, token_ids=chunk.token_ids)
+    for entry in chunk.logprobs:
+        logprob = out.logprobs.add()
+        _probability(logprob.chosen, entry.chosen)
+        for alternative in entry.top:
+            _probability(logprob.top.add(), alternative)
     if chunk.finish_reason is not None:
         out.finish_reason = _FINISH[chunk.finish_reason]
     if chunk.usage is not None:
@@ -127,6 +165,10 @@ def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
         out.error.message = chunk.error.message
         out.error.reason = chunk.error.reason
     return out
+
+
+def _probability(out: pb.TokenProbability, probability: TokenProbability) -> None:
+    out.token_id, out.token, out.logprob = probability.token_id, probability.token, probability.logprob
 
 
 def encode_model(descriptor: ModelDescriptor) -> pb.ModelInfo:

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 import torch
 
-from server.domain import Array, DType, ModelDescriptor, TensorSpec
+from server.domain import Array, ChatTurn, DType, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
 
 
@@ -72,6 +72,16 @@ class TensorModel(abc.ABC):
             self.forward([item] * self.descriptor.limits.max_batch_size)
 
 
+#: For a model without a chat template of its own: each turn as `<|role|>` on a line of its own, then its
+#: content and a newline; the prompt ends with `<|assistant|>` and a newline.
+DEFAULT_CHAT_TEMPLATE = "<|{role}|>\n{content}\n"
+
+
+def default_chat_text(turns: Sequence[ChatTurn]) -> str:
+    rendered = "".join(DEFAULT_CHAT_TEMPLATE.format(role=t.role, content=t.content) for t in turns)
+    return rendered + "<|assistant|>\n"
+
+
 def synthetic_item(descriptor: ModelDescriptor) -> dict[str, Array]:
     """One item of zeros in every input (variable dimensions as 1): for warm-up and capacity measurement."""
     return {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in descriptor.inputs}
@@ -91,6 +101,11 @@ class GenerativeModel(abc.ABC):
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
         """Turns prompt text into token ids."""
+
+    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
+        """A conversation as prompt tokens. Runtimes whose tokenizer has a chat template override this; the
+        default renders DEFAULT_CHAT_TEMPLATE and ends where the assistant speaks next."""
+        return self.encode(default_chat_text(turns))
 
     @abc.abstractmethod
     def token_bytes(self, token_id: int) -> bytes:

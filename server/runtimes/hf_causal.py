@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from server.domain import ModelDescriptor, ModelKind, ModelLimits
+from server.domain import ChatTurn, ModelDescriptor, ModelKind, ModelLimits
 from server.runtimes.base import GenerativeModel
 
 
@@ -59,6 +59,16 @@ class HfCausalLm(GenerativeModel):
         if self.tokenizer is None:
             return list(text.encode("utf-8"))
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
+        """The tokenizer's own chat template when it has one (Llama, Qwen2, ...), else the default."""
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            return super().chat_prompt(turns)
+        messages = [{"role": turn.role, "content": turn.content} for turn in turns]
+        ids: Any = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        if not isinstance(ids, list):  # a BatchEncoding where the tokenizer is set to return dicts
+            ids = ids["input_ids"]
+        return [int(token) for token in ids]
 
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id]

@@ -75,7 +75,7 @@ async def generate(request: Request) -> Response:
             call.cancel()
 
 
-@router.get("/models")
+@router.get("/sluice/models")
 async def list_models(request: Request) -> JsonResponse:
     with _upstream_errors(request):
         response = await upstream_of(request).inference.ListModels(
@@ -85,7 +85,7 @@ async def list_models(request: Request) -> JsonResponse:
     return JsonResponse({"models": models})
 
 
-@router.get("/models/{name}")
+@router.get("/sluice/models/{name}")
 async def get_model(request: Request, name: str) -> JsonResponse:
     with _upstream_errors(request):
         response = await upstream_of(request).inference.GetModel(

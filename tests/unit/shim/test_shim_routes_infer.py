@@ -155,12 +155,12 @@ async def test_chunked_body_within_the_limit_is_accepted(shim: RunningShim) -> N
 
 
 async def test_list_and_get_models(shim: RunningShim) -> None:
-    listed = await shim.client.get("/v1/models")
+    listed = await shim.client.get("/v1/sluice/models")
     assert listed.status_code == 200
     assert [model["name"] for model in listed.json()["models"]] == ["echo"]
-    one = await shim.client.get("/v1/models/echo")
+    one = await shim.client.get("/v1/sluice/models/echo")
     assert one.json()["description"] == "doubles its input"
-    missing = await shim.client.get("/v1/models/nope")
+    missing = await shim.client.get("/v1/sluice/models/nope")
     assert missing.status_code == 404
     assert missing.json()["error"]["metadata"] == {"model": "nope"}
 
@@ -326,5 +326,5 @@ async def test_an_unreachable_upstream_is_503_upstream_unavailable_with_retry_af
     )
     assert error["message"].startswith("the upstream server is unavailable: ")
     assert len(error["message"]) > len("the upstream server is unavailable: ") + 10  # gRPC's reason
-    models = await orphan.client.get("/v1/models")
+    models = await orphan.client.get("/v1/sluice/models")
     assert (models.status_code, models.json()["error"]["reason"]) == (503, "UPSTREAM_UNAVAILABLE")

@@ -461,6 +461,7 @@ class SamplingParams(_message.Message):
     STOP_FIELD_NUMBER: _builtins.int
     MIN_TOKENS_FIELD_NUMBER: _builtins.int
     IGNORE_EOS_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
     max_tokens: _builtins.int
     """The most tokens to generate; unset means the model's default, and it must not exceed the model's limit."""
     temperature: _builtins.float
@@ -475,6 +476,8 @@ class SamplingParams(_message.Message):
     """Neither the end-of-sequence token nor a stop string ends generation before this many tokens; unset means 0."""
     ignore_eos: _builtins.bool
     """Generation goes on past the end-of-sequence token, to max_tokens: streams of a fixed length for load tests."""
+    logprobs: _builtins.int
+    """When set, every token comes with its log-probability and this many most likely alternatives (0 to 5)."""
     @_builtins.property
     def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Generation stops before any of these strings; they never appear in the output."""
@@ -490,13 +493,16 @@ class SamplingParams(_message.Message):
         stop: _abc.Iterable[_builtins.str] | None = ...,
         min_tokens: _builtins.int | None = ...,
         ignore_eos: _builtins.bool | None = ...,
+        logprobs: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "ignore_eos", b"ignore_eos", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "seed", b"seed", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_logprobs", b"_logprobs", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "ignore_eos", b"ignore_eos", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "seed", b"seed", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "ignore_eos", b"ignore_eos", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "seed", b"seed", "stop", b"stop", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_logprobs", b"_logprobs", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "ignore_eos", b"ignore_eos", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "seed", b"seed", "stop", b"stop", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015
+    _WhichOneofReturnType__logprobs: _TypeAlias = _typing.Literal["logprobs"]  # noqa: Y015
+    _WhichOneofArgType__logprobs: _TypeAlias = _typing.Literal["_logprobs", b"_logprobs"]  # noqa: Y015
     _WhichOneofReturnType__max_tokens: _TypeAlias = _typing.Literal["max_tokens"]  # noqa: Y015
     _WhichOneofArgType__max_tokens: _TypeAlias = _typing.Literal["_max_tokens", b"_max_tokens"]  # noqa: Y015
     _WhichOneofReturnType__min_tokens: _TypeAlias = _typing.Literal["min_tokens"]  # noqa: Y015
@@ -511,6 +517,8 @@ class SamplingParams(_message.Message):
     _WhichOneofArgType__top_p: _TypeAlias = _typing.Literal["_top_p", b"_top_p"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ignore_eos) -> _WhichOneofReturnType__ignore_eos | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__logprobs) -> _WhichOneofReturnType__logprobs | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tokens) -> _WhichOneofReturnType__max_tokens | None: ...
     @_typing.overload
@@ -527,6 +535,56 @@ class SamplingParams(_message.Message):
 Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015
 
 @_typing.final
+class ChatMessage(_message.Message):
+    """ChatMessage is one turn of a conversation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """Who speaks: system, user or assistant."""
+    content: _builtins.str
+    """What was said, as UTF-8 text."""
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChatMessage: _TypeAlias = ChatMessage  # noqa: Y015
+
+@_typing.final
+class ChatPrompt(_message.Message):
+    """ChatPrompt is a conversation that the model's chat template turns into the prompt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChatMessage]:
+        """The turns in order; the prompt ends where the assistant speaks next."""
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___ChatMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChatPrompt: _TypeAlias = ChatPrompt  # noqa: Y015
+
+@_typing.final
 class GenerateRequest(_message.Message):
     """GenerateRequest asks a generative model to continue a prompt."""
 
@@ -535,6 +593,7 @@ class GenerateRequest(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    CHAT_FIELD_NUMBER: _builtins.int
     SAMPLING_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
@@ -551,6 +610,10 @@ class GenerateRequest(_message.Message):
         """The prompt as token ids."""
 
     @_builtins.property
+    def chat(self) -> Global___ChatPrompt:
+        """The prompt as a conversation, rendered by the model's chat template."""
+
+    @_builtins.property
     def sampling(self) -> Global___SamplingParams:
         """How tokens are chosen."""
 
@@ -560,15 +623,16 @@ class GenerateRequest(_message.Message):
         model: _builtins.str = ...,
         text: _builtins.str = ...,
         token_ids: Global___TokenIds | None = ...,
+        chat: Global___ChatPrompt | None = ...,
         sampling: Global___SamplingParams | None = ...,
         priority: Global___Priority.ValueType = ...,
         request_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "prompt", b"prompt", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "model", b"model", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["text", "token_ids"]  # noqa: Y015
+    _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["text", "token_ids", "chat"]  # noqa: Y015
     _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_prompt) -> _WhichOneofReturnType_prompt | None: ...
 
@@ -645,6 +709,7 @@ class GenerateResponse(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """New text since the previous message; never splits a UTF-8 character."""
     finish_reason: Global___FinishReason.ValueType
@@ -661,6 +726,10 @@ class GenerateResponse(_message.Message):
     def error(self) -> Global___ErrorStatus:
         """The error that ended the stream, when finish_reason is FINISH_REASON_ERROR or FINISH_REASON_CANCELLED."""
 
+    @_builtins.property
+    def logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenLogprob]:
+        """One entry per token in token_ids, when the request asked for log-probabilities."""
+
     def __init__(
         self,
         *,
@@ -669,14 +738,75 @@ class GenerateResponse(_message.Message):
         finish_reason: Global___FinishReason.ValueType = ...,
         usage: Global___Usage | None = ...,
         error: Global___ErrorStatus | None = ...,
+        logprobs: _abc.Iterable[Global___TokenLogprob] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "text", b"text", "token_ids", b"token_ids", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "token_ids", b"token_ids", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GenerateResponse: _TypeAlias = GenerateResponse  # noqa: Y015
+
+@_typing.final
+class TokenLogprob(_message.Message):
+    """TokenLogprob is the log-probability of one generated token under the model, and its likeliest alternatives."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHOSEN_FIELD_NUMBER: _builtins.int
+    TOP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def chosen(self) -> Global___TokenProbability:
+        """The token."""
+
+    @_builtins.property
+    def top(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenProbability]:
+        """The most likely tokens at this position, most likely first."""
+
+    def __init__(
+        self,
+        *,
+        chosen: Global___TokenProbability | None = ...,
+        top: _abc.Iterable[Global___TokenProbability] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "top", b"top"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenLogprob: _TypeAlias = TokenLogprob  # noqa: Y015
+
+@_typing.final
+class TokenProbability(_message.Message):
+    """TokenProbability is one token with its natural-log probability."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    LOGPROB_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.int
+    """The token id."""
+    token: _builtins.bytes
+    """The bytes the token stands for; a multi-byte character may be split across tokens."""
+    logprob: _builtins.float
+    """The natural logarithm of its probability under the model's distribution (before temperature)."""
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.int = ...,
+        token: _builtins.bytes = ...,
+        logprob: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["logprob", b"logprob", "token", b"token", "token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenProbability: _TypeAlias = TokenProbability  # noqa: Y015
 
 @_typing.final
 class TensorSpec(_message.Message):

@@ -1,0 +1,112 @@
+"""POST /v1/chat/completions: the messages go to the server as a chat prompt (the model's own chat template
+renders them), n Generate calls make the choices, and the answer is a `chat.completion` or a stream of
+`chat.completion.chunk` events (the first of each choice carries the role) ending with `data: [DONE]`."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sluice.inference.v1 import inference_pb2 as pb
+
+from clients.messages import build_generate_request
+from clients.types import ChatMessage
+from shim.openai.generation import Choice, Generations, Piece, token_text
+from shim.openai.request_models import ChatCompletionRequest
+from shim.openai.streaming import DONE, data_event, error_event, usage_json
+
+# OpenAI's developer role is its newer name for the system prompt.
+_ROLES = {"developer": "system"}
+
+
+def generate_requests(
+    body: ChatCompletionRequest, *, request_id: str, priority: Any
+) -> list[pb.GenerateRequest]:
+    messages = [ChatMessage(_ROLES.get(m.role, m.role), m.text) for m in body.messages]  # type: ignore[arg-type]
+    return [
+        build_generate_request(
+            body.model,
+            messages,
+            max_tokens=body.token_limit,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=None if body.seed is None else (body.seed + i) % 2**64,
+            stop=body.stops,
+            priority=priority,
+            request_id=f"{request_id}-{i}" if body.n > 1 else request_id,
+            min_tokens=body.min_tokens,
+            ignore_eos=body.ignore_eos,
+            logprobs=body.alternatives,
+        )
+        for i in range(body.n)
+    ]
+
+
+def new_id() -> str:
+    return f"chatcmpl-{secrets.token_hex(12)}"
+
+
+def _logprobs(entries: list[pb.TokenLogprob], wanted: bool) -> dict[str, Any] | None:
+    if not wanted:
+        return None
+
+    def one(p: pb.TokenProbability) -> dict[str, Any]:
+        return {"token": token_text(p.token), "logprob": p.logprob, "bytes": list(p.token)}
+
+    return {"content": [{**one(e.chosen), "top_logprobs": [one(t) for t in e.top]} for e in entries]}
+
+
+def completion(body: ChatCompletionRequest, choices: list[Choice], *, request_id: str) -> dict[str, Any]:
+    """The whole answer; a choice that ended with an error makes the whole request fail (raised by caller)."""
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.model,
+        "choices": [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": _logprobs(c.logprobs, body.logprobs),
+                "finish_reason": c.finish_reason,
+            }
+            for c in choices
+        ],
+        "usage": usage_json({c.index: c.usage for c in choices}, n=body.n),
+    }
+
+
+async def chunks(
+    body: ChatCompletionRequest, generations: Generations, *, request_id: str, heartbeat_s: float
+) -> AsyncIterator[bytes]:
+    """The SSE stream; the caller's response runs `generations.cancel()` however it ends."""
+    created = int(time.time())
+    head = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": body.model}
+
+    def event(index: int, delta: dict[str, Any], finish: str | None, logprobs: Any = None) -> bytes:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return data_event({**head, "choices": [choice]})
+
+    for index in range(body.n):
+        yield event(index, {"role": "assistant", "content": ""}, None)
+    usages: dict[int, pb.Usage] = {}
+    async for item in generations.pieces(heartbeat_s=heartbeat_s):
+        if isinstance(item, bytes):
+            yield item
+            continue
+        piece: Piece = item
+        if piece.error is not None:
+            yield error_event(piece.error)
+            return
+        if piece.text or piece.logprobs:
+            yield event(piece.index, {"content": piece.text}, None, _logprobs(piece.logprobs, body.logprobs))
+        if piece.finish_reason is not None:
+            yield event(piece.index, {}, piece.finish_reason)
+            if piece.usage is not None:
+                usages[piece.index] = piece.usage
+    if body.include_usage:
+        yield data_event({**head, "choices": [], "usage": usage_json(usages, n=body.n)})
+    yield DONE

@@ -1,0 +1,112 @@
+"""POST /v1/completions: each prompt (text or token ids) gets n Generate calls; choice p*n+i is prompt p's
+i-th. The answer is a `text_completion`, or a stream of them ending with `data: [DONE]`; log-probabilities
+come in the legacy shape (tokens, token_logprobs, top_logprobs, text_offset)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sluice.inference.v1 import inference_pb2 as pb
+
+from clients.messages import build_generate_request
+from shim.openai.generation import Choice, Generations, Piece, token_text
+from shim.openai.request_models import CompletionRequest
+from shim.openai.streaming import DONE, data_event, error_event, usage_json
+
+
+def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any) -> list[pb.GenerateRequest]:
+    return [
+        build_generate_request(
+            body.model,
+            prompt,
+            max_tokens=body.max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=None if body.seed is None else (body.seed + i) % 2**64,
+            stop=body.stops,
+            priority=priority,
+            request_id=f"{request_id}-{p}-{i}",
+            min_tokens=body.min_tokens,
+            ignore_eos=body.ignore_eos,
+            logprobs=body.logprobs,
+        )
+        for p, prompt in enumerate(body.prompts)
+        for i in range(body.n)
+    ]
+
+
+def new_id() -> str:
+    return f"cmpl-{secrets.token_hex(12)}"
+
+
+def _logprobs(entries: list[pb.TokenLogprob], wanted: int | None, offset: int) -> dict[str, Any] | None:
+    if wanted is None:
+        return None
+    tokens = [token_text(e.chosen.token) for e in entries]
+    offsets = []
+    for token in tokens:
+        offsets.append(offset)
+        offset += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.chosen.logprob for e in entries],
+        "top_logprobs": [{token_text(t.token): t.logprob for t in e.top} for e in entries]
+        if wanted
+        else None,
+        "text_offset": offsets,
+    }
+
+
+def completion(body: CompletionRequest, choices: list[Choice], *, request_id: str) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": body.model,
+        "choices": [
+            {
+                "index": c.index,
+                "text": c.text,
+                "logprobs": _logprobs(c.logprobs, body.logprobs, 0),
+                "finish_reason": c.finish_reason,
+            }
+            for c in choices
+        ],
+        "usage": usage_json({c.index: c.usage for c in choices}, n=body.n),
+    }
+
+
+async def chunks(
+    body: CompletionRequest, generations: Generations, *, request_id: str, heartbeat_s: float
+) -> AsyncIterator[bytes]:
+    """The SSE stream; the caller's response runs `generations.cancel()` however it ends."""
+    head = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": body.model}
+    offsets = [0] * len(generations.calls)
+    usages: dict[int, pb.Usage] = {}
+    async for item in generations.pieces(heartbeat_s=heartbeat_s):
+        if isinstance(item, bytes):
+            yield item
+            continue
+        piece: Piece = item
+        if piece.error is not None:
+            yield error_event(piece.error)
+            return
+        logprobs = _logprobs(piece.logprobs, body.logprobs, offsets[piece.index])
+        offsets[piece.index] += len(piece.text)
+        if piece.text or piece.finish_reason is not None:
+            choice = {
+                "index": piece.index,
+                "text": piece.text,
+                "logprobs": logprobs,
+                "finish_reason": piece.finish_reason,
+            }
+            yield data_event({**head, "choices": [choice]})
+        if piece.usage is not None:
+            usages[piece.index] = piece.usage
+    if body.include_usage:
+        yield data_event({**head, "choices": [], "usage": usage_json(usages, n=body.n)})
+    yield DONE

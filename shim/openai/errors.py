@@ -1,0 +1,51 @@
+"""Errors on the OpenAI routes in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, from the
+shim's one code table (shim/errors.py): the HTTP status is the same as on the native routes, and an overload
+carries `Retry-After` and `retry-after-ms`, which the official SDKs wait for before they retry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shim.errors import ShimError
+
+# Where a path begins, for the routes that answer in OpenAI's shape.
+OPENAI_PREFIXES = ("/v1/chat/", "/v1/completions", "/v1/embeddings", "/v1/models")
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "invalid_request_error",
+    504: "timeout_error",
+}
+
+
+def is_openai_path(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIXES)
+
+
+def openai_error_json(error: ShimError) -> dict[str, Any]:
+    body = error.body
+    violations = body.field_violations
+    return {
+        "error": {
+            "message": body.message,
+            "type": _TYPE_BY_STATUS.get(error.status, "server_error" if error.status >= 500 else "api_error"),
+            "param": violations[0].field if violations else None,
+            "code": (body.reason or body.code.name).lower(),
+        }
+    }
+
+
+def openai_headers(error: ShimError) -> dict[str, str]:
+    """The native headers (Retry-After in whole seconds) plus the SDKs' millisecond hint."""
+    headers = error.headers
+    if error.body.retry_after_s is not None:
+        headers["retry-after-ms"] = str(max(1, round(error.body.retry_after_s * 1000)))
+    return headers

@@ -1,0 +1,108 @@
+"""The answers of the OpenAI routes as pydantic models: the schemas /openapi.json publishes and tests check
+answers against. The serving modules build plain dicts (no model per request on the hot path)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int = 0
+    total_tokens: int
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+
+
+class ChatMessageOut(BaseModel):
+    role: Literal["assistant"]
+    content: str | None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatMessageOut
+    logprobs: ChatLogprobs | None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingList(BaseModel):
+    object: Literal["list"]
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[Model]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

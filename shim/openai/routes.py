@@ -1,0 +1,192 @@
+"""The OpenAI routes: argument wiring only (parse -> serving module -> response). Bodies are read by the
+admission middleware; errors become OpenAI's shape in the app's handlers (shim/openai/errors.py)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ValidationError
+from sluice.inference.v1 import inference_pb2 as pb
+from starlette.responses import Response
+
+from shim.call_options import CallOptions, call_options
+from shim.channel import settings_of, upstream_of
+from shim.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
+from shim.errors import FieldViolation, ShimError, upstream_errors
+from shim.jsonio import JsonResponse
+from shim.openai import chat, completions, embeddings
+from shim.openai.generation import Choice, Generations
+from shim.openai.openapi import documented
+from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
+from shim.refusals import invalid_argument
+from shim.request_body import parse_json, validation_error
+from shim.sse import EventStreamResponse
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+BodyT = TypeVar("BodyT", bound=BaseModel)
+USER_METADATA = "x-sluice-user"
+STARTED = int(time.time())  # `created` of every model: when this process began serving it
+
+# Server-side proto paths -> the OpenAI parameter a caller set.
+_PARAM_BY_PROTO = {
+    "text": "prompt",
+    "token_ids.ids": "prompt",
+    "chat.messages": "messages",
+    "sampling.logprobs": "logprobs",
+}
+_INDEXED = re.compile(r"\[\d+\].*$")
+
+
+def openai_param(proto_path: str) -> str:
+    path = _INDEXED.sub("", proto_path)
+    return _PARAM_BY_PROTO.get(path, path.removeprefix("sampling."))
+
+
+def parse(raw: bytes, schema: type[BodyT]) -> BodyT:
+    """The body as `schema`; every refusal is a 400 naming the parameter, as OpenAI's API answers."""
+    document = parse_json(raw)
+    try:
+        return schema.model_validate(document)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        for error in errors:
+            cause = error.get("ctx", {}).get("error")
+            if isinstance(cause, Unsupported):
+                violation = FieldViolation(cause.param, str(cause))
+                raise invalid_argument(
+                    str(cause), reason="UNSUPPORTED_PARAMETER", violations=(violation,)
+                ) from None
+            if error["type"] == "extra_forbidden":
+                name = ".".join(map(str, error["loc"]))
+                message = f"unrecognized request argument supplied: {name}"
+                violation = FieldViolation(name, message)
+                raise invalid_argument(message, reason="UNKNOWN_PARAMETER", violations=(violation,)) from None
+        refused = validation_error(errors, document=document)
+        raise ShimError(refused.body, status=400) from None
+
+
+def _metadata(body: Any) -> tuple[tuple[str, str], ...]:
+    return ((USER_METADATA, body.user),) if getattr(body, "user", None) else ()
+
+
+def _options(request: Request, default_timeout_s: float) -> CallOptions:
+    return call_options(None, request.headers, default_timeout_s=default_timeout_s)
+
+
+async def _generate(
+    request: Request,
+    body: ChatCompletionRequest | CompletionRequest,
+    requests: list[pb.GenerateRequest],
+    request_id: str,
+    complete: Callable[[Any, list[Choice]], dict[str, Any]],
+    stream: Callable[[Any, Generations], AsyncIterator[bytes]],
+) -> Response:
+    settings = settings_of(request)
+    options = _options(request, settings.generate_timeout_s)
+    generations = Generations(
+        upstream_of(request),
+        requests,
+        timeout_s=options.timeout_s,
+        metadata=_metadata(body),
+        reconnect_s=settings.reconnect_backoff_s,
+    )
+    handed_off = False
+    try:
+        with upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s):
+            await unless_disconnected(request, generations.start())
+            if not body.stream:
+                choices = await unless_disconnected(request, generations.collect())
+                failed = next((c.error for c in choices if c.error is not None), None)
+                if failed is not None:
+                    raise ShimError(failed)
+                return JsonResponse(complete(body, choices))
+        handed_off = True
+        return EventStreamResponse(stream(body, generations), on_close=generations.cancel)
+    except ClientDisconnected:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    finally:
+        if not handed_off:  # until the stream response owns the calls, any exit ends them here
+            generations.cancel()
+
+
+@router.post("/chat/completions", **documented(ChatCompletionRequest, "ChatCompletion"))
+async def create_chat_completion(request: Request) -> Response:
+    body = parse(await request.body(), ChatCompletionRequest)
+    request_id = chat.new_id()
+    heartbeat_s = settings_of(request).sse_heartbeat_s
+    options = _options(request, settings_of(request).generate_timeout_s)
+    return await _generate(
+        request,
+        body,
+        chat.generate_requests(body, request_id=request_id, priority=options.priority),
+        request_id,
+        lambda b, choices: chat.completion(b, choices, request_id=request_id),
+        lambda b, generations: chat.chunks(b, generations, request_id=request_id, heartbeat_s=heartbeat_s),
+    )
+
+
+@router.post("/completions", **documented(CompletionRequest, "Completion"))
+async def create_completion(request: Request) -> Response:
+    body = parse(await request.body(), CompletionRequest)
+    request_id = completions.new_id()
+    heartbeat_s = settings_of(request).sse_heartbeat_s
+    options = _options(request, settings_of(request).generate_timeout_s)
+    return await _generate(
+        request,
+        body,
+        completions.generate_requests(body, request_id=request_id, priority=options.priority),
+        request_id,
+        lambda b, choices: completions.completion(b, choices, request_id=request_id),
+        lambda b, generations: completions.chunks(
+            b, generations, request_id=request_id, heartbeat_s=heartbeat_s
+        ),
+    )
+
+
+@router.post("/embeddings", **documented(EmbeddingRequest, "EmbeddingList"))
+async def create_embeddings(request: Request) -> Response:
+    settings = settings_of(request)
+    body = parse(await request.body(), EmbeddingRequest)
+    options = _options(request, settings.infer_timeout_s)
+    requests = embeddings.infer_requests(
+        body, priority=options.priority, request_id=f"emb-{int(time.time() * 1e6)}"
+    )
+    with upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s):
+        try:
+            responses = await unless_disconnected(
+                request,
+                embeddings.embed(
+                    upstream_of(request), requests, timeout_s=options.timeout_s, metadata=_metadata(body)
+                ),
+            )
+        except ClientDisconnected:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return JsonResponse(embeddings.embedding_list(body, responses))
+
+
+def _model(info: pb.ModelInfo) -> dict[str, Any]:
+    return {"id": info.name, "object": "model", "created": STARTED, "owned_by": "sluice"}
+
+
+@router.get("/models", **documented(None, "ModelList"))
+async def list_models(request: Request) -> JsonResponse:
+    settings = settings_of(request)
+    with upstream_errors(reconnect_s=settings.reconnect_backoff_s):
+        response = await upstream_of(request).inference.ListModels(
+            pb.ListModelsRequest(), timeout=settings.infer_timeout_s
+        )
+    return JsonResponse({"object": "list", "data": [_model(info) for info in response.models]})
+
+
+@router.get("/models/{model_id:path}", **documented(None, "Model"))
+async def retrieve_model(request: Request, model_id: str) -> JsonResponse:
+    settings = settings_of(request)
+    with upstream_errors(reconnect_s=settings.reconnect_backoff_s):
+        response = await upstream_of(request).inference.GetModel(
+            pb.GetModelRequest(name=model_id), timeout=settings.infer_timeout_s
+        )
+    return JsonResponse(_model(response.model))

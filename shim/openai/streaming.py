@@ -1,0 +1,31 @@
+"""OpenAI's server-sent events: `data: {json}` per chunk, `data: [DONE]` at the end, an error as a data event
+holding `{"error": ...}` (which the SDKs raise), and the usage totals both APIs report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sluice.inference.v1 import inference_pb2 as pb
+
+from shim import jsonio
+from shim.errors import ErrorBody, ShimError
+from shim.openai.errors import openai_error_json
+
+DONE = b"data: [DONE]\n\n"
+
+
+def data_event(payload: Any) -> bytes:
+    return b"data: " + jsonio.dumps(payload) + b"\n\n"
+
+
+def error_event(error: ErrorBody) -> bytes:
+    return data_event(openai_error_json(ShimError(error)))
+
+
+def usage_json(usages: Mapping[int, pb.Usage], *, n: int) -> dict[str, int]:
+    """Totals over the choices (by choice index): the n choices of one prompt (indices p*n .. p*n+n-1) share
+    its prompt tokens, which count once."""
+    completion = sum(u.completion_tokens for u in usages.values())
+    prompt = sum(u.prompt_tokens for index, u in usages.items() if index % n == 0)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
