@@ -1,0 +1,211 @@
+"""The official `openai` SDK, sync and async, against the shim (issue 9, acceptance 1): chat streamed and
+not (same text for the same seed), completions with n=2 and logprobs, models, refusals with the SDK's own
+error types, an overloaded server answered with RateLimitError after the SDK waited the server's delay, and
+a stream left early stopping generation on the server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import grpc
+import openai
+import pytest
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
+from shim.openai.response_models import ChatCompletion, Completion, ModelList
+from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story"}]
+
+
+def client(shim: ShimProcess, **options: object) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused", **options)  # type: ignore[arg-type]
+
+
+def test_a_streamed_chat_says_what_the_whole_answer_says(shim: ShimProcess) -> None:
+    sdk = client(shim)
+    whole = sdk.chat.completions.create(model="byte-lm", messages=MESSAGES, max_tokens=24, seed=11)  # type: ignore[arg-type]
+    ChatCompletion.model_validate(whole.model_dump())
+    assert whole.choices[0].message.role == "assistant" and whole.usage is not None
+    assert whole.usage.completion_tokens == 24 or whole.choices[0].finish_reason == "stop"
+    stream = sdk.chat.completions.create(
+        model="byte-lm",
+        messages=MESSAGES,
+        max_tokens=24,
+        seed=11,
+        stream=True,
+        stream_options={"include_usage": True},  # type: ignore[arg-type]
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == whole.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+
+
+def test_completions_with_two_choices_and_logprobs(shim: ShimProcess) -> None:
+    answer = client(shim).completions.create(
+        model="byte-lm", prompt="Once upon a time", n=2, logprobs=2, max_tokens=6, seed=3
+    )
+    Completion.model_validate(answer.model_dump())
+    assert [c.index for c in answer.choices] == [0, 1]
+    assert answer.choices[0].text != answer.choices[1].text  # seeds 3 and 4
+    for choice in answer.choices:
+        logprobs = choice.logprobs
+        assert logprobs is not None and logprobs.tokens is not None and logprobs.token_logprobs is not None
+        assert "".join(logprobs.tokens) == choice.text.replace("\ufffd", "") or len(logprobs.tokens) == 6
+        assert all(lp <= 0 for lp in logprobs.token_logprobs)
+        assert logprobs.top_logprobs is not None and all(len(top) <= 2 for top in logprobs.top_logprobs)
+    assert (
+        answer.usage is not None and answer.usage.prompt_tokens == 16 and answer.usage.completion_tokens == 12
+    )
+
+
+def test_greedy_chat_logprobs_name_the_likeliest_token_first(shim: ShimProcess) -> None:
+    answer = client(shim).chat.completions.create(
+        model="byte-lm",
+        messages=MESSAGES,
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,  # type: ignore[arg-type]
+    )
+    content = answer.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 5
+    for entry in content:
+        assert entry.top_logprobs[0].token == entry.token and entry.top_logprobs[0].logprob == entry.logprob
+        assert [t.logprob for t in entry.top_logprobs] == sorted(
+            (t.logprob for t in entry.top_logprobs), reverse=True
+        )
+
+
+def test_models_are_listed_and_unknown_ones_are_not_found(shim: ShimProcess) -> None:
+    sdk = client(shim)
+    listed = sdk.models.list()
+    ModelList.model_validate({"object": "list", "data": [m.model_dump() for m in listed.data]})
+    assert {m.id for m in listed.data} >= {"byte-lm", "mlp"}
+    assert sdk.models.retrieve("byte-lm").id == "byte-lm"
+    with pytest.raises(openai.NotFoundError) as info:
+        sdk.models.retrieve("nope")
+    assert info.value.code == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"logit_bias": {"1": 2.0}}, "logit_bias"),
+        ({"max_tokens": 10**6}, "max_tokens"),
+        ({"top_logprobs": 9, "logprobs": True}, "top_logprobs"),
+    ],
+)
+def test_what_cannot_be_honoured_is_a_400_naming_the_parameter(
+    shim: ShimProcess, extra: dict[str, object], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client(shim, max_retries=0).chat.completions.create(model="byte-lm", messages=MESSAGES, **extra)  # type: ignore[arg-type]
+    assert info.value.param == param, info.value.body
+
+
+def test_the_async_sdk_streams_too(shim: ShimProcess) -> None:
+    async def main() -> str:
+        sdk = openai.AsyncOpenAI(base_url=f"{shim.url}/v1", api_key="unused")
+        async with sdk:
+            stream = await sdk.chat.completions.create(
+                model="byte-lm", messages=MESSAGES, max_tokens=10, seed=5, stream=True
+            )  # type: ignore[arg-type]
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    sync = client(shim).chat.completions.create(model="byte-lm", messages=MESSAGES, max_tokens=10, seed=5)  # type: ignore[arg-type]
+    assert asyncio.run(main()) == sync.choices[0].message.content
+
+
+def test_leaving_a_stream_stops_generation_on_the_server(server: ServerProcess, shim: ShimProcess) -> None:
+    before = server.metric("sluice_tokens_generated_total", model="byte-lm")
+    stream = client(shim).chat.completions.create(
+        model="byte-lm",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=900,
+        stream=True,
+        extra_body={"ignore_eos": True},  # vLLM's extra: the SDK has no argument of its own for it
+    )
+    with stream:
+        for index, _ in enumerate(stream):
+            if index == 5:
+                break
+    wait_until(
+        lambda: server.metric("sluice_sequences_active", model="byte-lm") == 0, what="the sequence gone"
+    )
+    generated = server.metric("sluice_tokens_generated_total", model="byte-lm") - before
+    assert generated < 300, generated  # far from 900: the stop reached the server within a few steps
+    assert server.metric("sluice_tokens_after_cancel_total") == 0
+
+
+@pytest.fixture(scope="module")
+def full_stack() -> Iterator[tuple[ServerProcess, ShimProcess]]:
+    server = start_server("--models", "byte-lm", "--max-sequences", "1", "--max-queue", "0")
+    shim = start_shim(server.target)
+    yield server, shim
+    shim.terminate()
+    assert server.terminate() == 0
+
+
+def test_an_overloaded_server_is_a_rate_limit_error_after_the_sdk_waited_as_told(
+    full_stack: tuple[ServerProcess, ShimProcess],
+) -> None:
+    server, shim = full_stack
+    with grpc.insecure_channel(server.target) as channel:
+        holder = pb_grpc.InferenceServiceStub(channel).Generate(
+            pb.GenerateRequest(model="byte-lm", text="hold", sampling=pb.SamplingParams(max_tokens=900)),
+            timeout=60,
+        )
+        next(holder)  # admitted: the only slot is held and the queue takes nobody
+        refused = server.metric("sluice_requests_refused_total", model="byte-lm", reason="QUEUE_FULL")
+        started = time.monotonic()
+        with pytest.raises(openai.RateLimitError) as info:
+            client(shim, max_retries=2).chat.completions.create(model="byte-lm", messages=MESSAGES)  # type: ignore[arg-type]
+        waited = time.monotonic() - started
+        holder.cancel()
+    attempts = server.metric("sluice_requests_refused_total", model="byte-lm", reason="QUEUE_FULL") - refused
+    assert attempts == 3  # the first try and the SDK's two retries, each refused by the server
+    headers = info.value.response.headers
+    assert int(headers["retry-after-ms"]) > 0 and int(headers["retry-after"]) >= 1
+    assert waited >= 2 * int(headers["retry-after-ms"]) / 1000 * 0.9  # the SDK waited the server's delay
+    assert info.value.code == "queue_full"
+
+
+def test_leaving_a_stream_of_two_choices_stops_both(server: ServerProcess, shim: ShimProcess) -> None:
+    stream = client(shim).chat.completions.create(
+        model="byte-lm",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=900,
+        n=2,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    with stream:
+        seen: set[int] = set()
+        for chunk in stream:
+            seen |= {c.index for c in chunk.choices if c.delta.content}
+            if seen == {0, 1}:
+                break
+    wait_until(
+        lambda: server.metric("sluice_sequences_active", model="byte-lm") == 0, what="both sequences gone"
+    )
+    assert server.metric("sluice_tokens_after_cancel_total") == 0
+
+
+def test_a_model_without_a_chat_template_gets_the_documented_default(shim: ShimProcess) -> None:
+    from server.domain import ChatTurn
+    from server.runtimes.base import default_chat_text
+
+    answer = client(shim).chat.completions.create(model="byte-lm", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+    rendered = default_chat_text([ChatTurn(m["role"], m["content"]) for m in MESSAGES])
+    assert answer.usage is not None and answer.usage.prompt_tokens == len(rendered.encode())
