@@ -29,16 +29,17 @@ _ERRORS = {
 }
 
 
-def documented(request: type[BaseModel] | None, answer: str) -> dict[str, Any]:
-    """Route keyword arguments: the request body schema (if any), the answer, and the error shape."""
+def documented(request: type[BaseModel] | None, answer: str, *, streams: bool = False) -> dict[str, Any]:
+    """Route keyword arguments: the request body schema (if any), the answer (and, for a route that
+    streams when asked, its server-sent events), and the error shape."""
     extra: dict[str, Any] = {}
     if request is not None:
         schema = {"$ref": _REF.format(model=request.__name__)}
         extra["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
-    ok = {
-        "description": "the answer",
-        "content": {"application/json": {"schema": {"$ref": _REF.format(model=answer)}}},
-    }
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": _REF.format(model=answer)}}}
+    if streams:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    ok = {"description": "the answer", "content": content}
     return {"openapi_extra": extra, "responses": {"200": ok, **_ERRORS}}
 
 

@@ -113,7 +113,7 @@ async def _generate(
             generations.cancel()
 
 
-@router.post("/chat/completions", **documented(ChatCompletionRequest, "ChatCompletion"))
+@router.post("/chat/completions", **documented(ChatCompletionRequest, "ChatCompletion", streams=True))
 async def create_chat_completion(request: Request) -> Response:
     body = parse(await request.body(), ChatCompletionRequest)
     request_id = chat.new_id()
@@ -129,7 +129,7 @@ async def create_chat_completion(request: Request) -> Response:
     )
 
 
-@router.post("/completions", **documented(CompletionRequest, "Completion"))
+@router.post("/completions", **documented(CompletionRequest, "Completion", streams=True))
 async def create_completion(request: Request) -> Response:
     body = parse(await request.body(), CompletionRequest)
     request_id = completions.new_id()
