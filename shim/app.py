@@ -19,6 +19,7 @@ from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.channel import open_upstream
 from shim.config import ShimSettings
 from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
+from shim.metrics import CountingMiddleware, ShimMetrics
 from shim.openai import routes as openai_routes
 from shim.openai.openapi import with_openai_schemas
 from shim.refusals import internal_error
@@ -85,12 +86,15 @@ def create_app(settings: ShimSettings) -> FastAPI:
     app.openapi = with_openai_schemas(app)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.inflight = InflightBound(settings.max_inflight)
+    app.state.metrics = ShimMetrics()
     app.add_middleware(
         AdmissionMiddleware,
         bound=app.state.inflight,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
     )
+    # Outside admission, so that its refusals are counted too.
+    app.add_middleware(CountingMiddleware, metrics=app.state.metrics)
     if settings.cors_allow_origins:
         # Added last, so outermost: a preflight is answered before admission, and refusals carry CORS headers.
         app.add_middleware(

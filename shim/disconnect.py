@@ -8,6 +8,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 T = TypeVar("T")
 
@@ -17,6 +18,12 @@ CLIENT_CLOSED_REQUEST = 499
 
 class ClientDisconnected(Exception):
     """The HTTP client went away before its answer was ready."""
+
+
+def client_left(request: Request) -> Response:
+    """What a route returns for a client that left (nobody reads it; the logs and metrics do)."""
+    request.app.state.metrics.disconnects.labels(request.url.path).inc()
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

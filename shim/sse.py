@@ -67,11 +67,27 @@ class EventStreamResponse(StreamingResponse):
         on_close: Callable[[], object],
         background: BackgroundTask | None = None,
     ) -> None:
-        super().__init__(events, headers=SSE_HEADERS, media_type=self.media_type, background=background)
+        self._events = events
+        self._finished = False
+        super().__init__(
+            self._relay(), headers=SSE_HEADERS, media_type=self.media_type, background=background
+        )
         self._on_close = on_close
 
+    async def _relay(self) -> AsyncIterator[bytes]:
+        async for event in self._events:
+            yield event
+        self._finished = True
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics = scope["app"].state.metrics if "app" in scope else None
+        if metrics is not None:
+            metrics.open_streams.inc()
         try:
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
+            if metrics is not None:
+                metrics.open_streams.dec()
+                if not self._finished:  # the client left, or the stream broke, before its last event
+                    metrics.disconnects.labels(scope["path"]).inc()

@@ -15,9 +15,10 @@ from starlette.responses import Response
 
 from shim.call_options import CallOptions, call_options
 from shim.channel import settings_of, upstream_of
-from shim.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
+from shim.disconnect import ClientDisconnected, client_left, unless_disconnected
 from shim.errors import FieldViolation, ShimError, upstream_errors
 from shim.jsonio import JsonResponse
+from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
 from shim.openai.generation import Choice, Generations
 from shim.openai.openapi import documented
@@ -97,7 +98,8 @@ async def _generate(
     handed_off = False
     try:
         with upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s):
-            await unless_disconnected(request, generations.start())
+            with Timer(metrics_of(request), request.url.path):
+                await unless_disconnected(request, generations.start())
             if not body.stream:
                 choices = await unless_disconnected(request, generations.collect())
                 failed = next((c.error for c in choices if c.error is not None), None)
@@ -107,7 +109,7 @@ async def _generate(
         handed_off = True
         return EventStreamResponse(stream(body, generations), on_close=generations.cancel)
     except ClientDisconnected:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return client_left(request)
     finally:
         if not handed_off:  # until the stream response owns the calls, any exit ends them here
             generations.cancel()
@@ -155,7 +157,10 @@ async def create_embeddings(request: Request) -> Response:
     requests = embeddings.infer_requests(
         body, priority=options.priority, request_id=f"emb-{int(time.time() * 1e6)}"
     )
-    with upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s):
+    with (
+        upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s),
+        Timer(metrics_of(request), "/v1/embeddings"),
+    ):
         try:
             responses = await unless_disconnected(
                 request,
@@ -164,7 +169,7 @@ async def create_embeddings(request: Request) -> Response:
                 ),
             )
         except ClientDisconnected:
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
+            return client_left(request)
     return JsonResponse(embeddings.embedding_list(body, responses))
 
 

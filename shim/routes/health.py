@@ -1,5 +1,6 @@
-"""Probes: /healthz says the shim process is alive; /readyz says whether it can take work now: a free
-in-flight slot of its own, and an upstream whose grpc.health.v1 service ("") reports SERVING."""
+"""Operational endpoints: /healthz says the shim process is alive; /readyz says whether it can take work now
+(a free in-flight slot of its own, and an upstream whose grpc.health.v1 service ("") reports SERVING);
+/metrics is the shim's Prometheus endpoint."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 import grpc
 from fastapi import APIRouter, Request
 from grpc_health.v1 import health_pb2
+from starlette.responses import Response
 
 from shim.admission import InflightBound
 from shim.channel import settings_of, upstream_of
 from shim.jsonio import JsonResponse
+from shim.metrics import metrics_of
 
 router = APIRouter()
 
@@ -19,6 +22,12 @@ router = APIRouter()
 @router.get("/healthz")
 async def healthz() -> JsonResponse:
     return JsonResponse({"status": "ok"})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus: requests by route and status, open streams, disconnects, upstream latency."""
+    return metrics_of(request).render()
 
 
 def _unready(reason: str, message: str, **extra: Any) -> JsonResponse:

@@ -17,9 +17,10 @@ from starlette.responses import Response
 from shim import generation, translate
 from shim.call_options import call_options
 from shim.channel import settings_of, upstream_of
-from shim.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
+from shim.disconnect import ClientDisconnected, client_left, unless_disconnected
 from shim.errors import upstream_errors
 from shim.jsonio import JsonResponse
+from shim.metrics import Timer, metrics_of
 from shim.request_body import parse_body
 from shim.schemas import GenerateBody, InferBody
 from shim.sse import EventStreamResponse
@@ -41,11 +42,11 @@ async def infer(request: Request) -> Response:
     message = translate.infer_request_to_proto(body, priority=options.priority)
     call = upstream_of(request).inference.Infer(message, timeout=options.timeout_s)
     try:
-        with _upstream_errors(request, translate.json_field_for):
+        with _upstream_errors(request, translate.json_field_for), Timer(metrics_of(request), "/v1/infer"):
             response = await unless_disconnected(request, call)
     except ClientDisconnected:
         call.cancel()
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return client_left(request)
     return JsonResponse(translate.infer_response_to_json(response))
 
 
@@ -68,7 +69,7 @@ async def generate(request: Request) -> Response:
         handed_off = True
         return EventStreamResponse(events, on_close=call.cancel)
     except ClientDisconnected:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return client_left(request)
     finally:
         # Until the stream response owns the call, any exit (error, JSON answer, disconnect) ends it here.
         if not handed_off:
