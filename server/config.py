@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from process.flags import FlagParser, add_flags, setting, values_from
 
-DEFAULT_MODELS = ("mlp", "byte-lm")
+DEFAULT_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,7 +23,7 @@ class Settings:
     models: tuple[str, ...] | None = setting(
         None,
         help="models to serve, comma-separated: embedded, registered by a plugin, or named in --hf-models",
-        shown="mlp,byte-lm, or just the --hf-models when given",
+        shown="mlp,byte-lm,all-minilm-l6-v2, or just the --hf-models when given",
     )
     plugins: tuple[str, ...] = setting(
         (), help="modules to import first, by name or .py path; they call register_model()"

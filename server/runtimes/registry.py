@@ -19,6 +19,7 @@ import torch
 from server.config import Settings
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.byte_lm import ByteLm
+from server.runtimes.encoder import all_minilm_l6_v2
 from server.runtimes.mlp import MlpModel
 
 Model = TensorModel | GenerativeModel
@@ -29,6 +30,7 @@ _FACTORIES: dict[str, ModelFactory] = {
     "byte-lm": lambda s, device: ByteLm(
         size=s.lm_size, context_length=s.context_length, max_sequences=s.max_sequences, device=device
     ),
+    "all-minilm-l6-v2": lambda s, device: all_minilm_l6_v2(max_batch_size=s.max_batch_size, device=device),
 }
 
 

@@ -33,7 +33,7 @@ def node(server: ServerProcess, *args: str) -> list[dict[str, object]]:
 
 
 def test_node_lists_models(server: ServerProcess) -> None:
-    assert sorted(str(m["name"]) for m in node(server, "models")) == ["byte-lm", "mlp"]
+    assert sorted(str(m["name"]) for m in node(server, "models")) == ["all-minilm-l6-v2", "byte-lm", "mlp"]
 
 
 def test_node_infer_matches_the_model(server: ServerProcess) -> None:

@@ -44,7 +44,7 @@ def test_list_and_get_models(server: ServerProcess) -> None:
         lm = client.get_model("byte-lm")
         with pytest.raises(NotFoundError):
             client.get_model("missing")
-    assert names == ["byte-lm", "mlp"]
+    assert names == ["all-minilm-l6-v2", "byte-lm", "mlp"]
     assert lm.kind == "generative" and lm.context_length > 0 and lm.max_concurrent_sequences > 0
 
 

@@ -38,7 +38,7 @@ def test_nonsense_names_the_setting(flags: list[str], name: str) -> None:
 
 
 def test_models_name_what_is_served_hf_names_included() -> None:
-    assert Settings().served_models == ("mlp", "byte-lm")
+    assert Settings().served_models == ("mlp", "byte-lm", "all-minilm-l6-v2")
     hf_only = Settings.from_args(["--hf-models", "gen=/models/gen"])
     assert hf_only.served_models == ("gen",) and hf_only.hf_directories == {"gen": "/models/gen"}
     both = Settings.from_args(["--hf-models", "gen=/models/gen", "--models", "mlp,gen"])
