@@ -65,7 +65,11 @@ class SentenceEncoder(TensorModel):
             limits=ModelLimits(max_batch_size=max_batch_size, context_length=self.max_tokens),
             device=str(device),
             inputs=(TensorSpec("text", DType.STRING, (1,)),),
-            outputs=(TensorSpec("embedding", DType.FLOAT32, (width,)),),
+            # `tokens`: how many the text was read as (after truncation), for the OpenAI API's usage.
+            outputs=(
+                TensorSpec("embedding", DType.FLOAT32, (width,)),
+                TensorSpec("tokens", DType.INT32, (1,)),
+            ),
         )
 
     def validate(self, inputs: Mapping[str, Array]) -> None:
@@ -102,7 +106,8 @@ class SentenceEncoder(TensorModel):
         weights = mask.unsqueeze(-1).to(tokens.dtype)
         mean = (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
         out = F.normalize(mean, p=2, dim=1).cpu().numpy()
-        return [{"embedding": row} for row in out]
+        counts = np.array([[sum(e.attention_mask)] for e in encodings], dtype=np.int32)
+        return [{"embedding": row, "tokens": count} for row, count in zip(out, counts, strict=True)]
 
     def warmup(self, steps: int) -> None:
         """Short real texts rather than the synthetic worst case: warm-up pays for lazy initialisation, and

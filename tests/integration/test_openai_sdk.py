@@ -209,3 +209,34 @@ def test_a_model_without_a_chat_template_gets_the_documented_default(shim: ShimP
     answer = client(shim).chat.completions.create(model="byte-lm", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
     rendered = default_chat_text([ChatTurn(m["role"], m["content"]) for m in MESSAGES])
     assert answer.usage is not None and answer.usage.prompt_tokens == len(rendered.encode())
+
+
+TEXTS = ["A cat sat on the mat.", "Stock markets fell sharply today.", "Kittens like to sleep on rugs."]
+
+
+def test_embeddings_equal_the_native_infer_vectors_as_floats_and_base64(
+    server: ServerProcess, shim: ShimProcess
+) -> None:
+    import base64
+
+    import numpy as np
+
+    from clients import SluiceClient
+    from shim.openai.response_models import EmbeddingList
+
+    sdk = client(shim)
+    floats = sdk.embeddings.create(model="all-minilm-l6-v2", input=TEXTS)
+    EmbeddingList.model_validate(floats.model_dump())
+    with SluiceClient(server.target) as native:
+        expected = [native.infer("all-minilm-l6-v2", {"text": [t]}).outputs["embedding"] for t in TEXTS]
+    got = np.array([d.embedding for d in sorted(floats.data, key=lambda d: d.index)], dtype=np.float32)
+    np.testing.assert_array_equal(got, np.array(expected))
+    assert floats.usage.prompt_tokens > len(TEXTS) * 3  # the encoder's own token counts
+    raw = sdk.embeddings.with_raw_response.create(
+        model="all-minilm-l6-v2", input=TEXTS[0], encoding_format="base64"
+    )
+    encoded = raw.http_response.json()["data"][0]["embedding"]
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(encoded), "<f4"), expected[0])
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.embeddings.create(model="all-minilm-l6-v2", input="x", dimensions=64)
+    assert info.value.param == "dimensions"
