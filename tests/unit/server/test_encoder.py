@@ -49,8 +49,17 @@ def test_the_descriptor_names_one_text_in_and_a_384_float_vector_out(model: Sent
     d = model.descriptor
     assert (d.name, d.version) == ("all-minilm-l6-v2", "0.1.0")
     assert d.inputs == (TensorSpec("text", DType.STRING, (1,)),)
-    assert d.outputs == (TensorSpec("embedding", DType.FLOAT32, (384,)),)
+    assert d.outputs == (
+        TensorSpec("embedding", DType.FLOAT32, (384,)),
+        TensorSpec("tokens", DType.INT32, (1,)),
+    )
     assert d.limits.max_batch_size == 32 and d.limits.context_length == 256 == model.max_tokens
+
+
+def test_each_text_reports_how_many_tokens_it_was_read_as(model: SentenceEncoder) -> None:
+    short, long = model.forward([item("hello world"), item("word " * 400)])
+    assert short["tokens"].tolist() == [4]  # [CLS] hello world [SEP]
+    assert long["tokens"].tolist() == [256]  # truncated at max_seq_length
 
 
 def test_buckets_are_powers_of_two_from_the_character_count_capped_at_the_max_length(
