@@ -10,7 +10,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def scrape(port: int) -> Samples:
     """Every sample on 127.0.0.1:PORT/metrics, keyed by (name, sorted labels)."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, keyed by (name, sorted labels)."""
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -35,14 +35,20 @@ def _own_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-port", type=int, default=8000, help="HTTP port; 0 picks a free one (default: 8000)"
     )
+    parser.add_argument(
+        "--shim-workers",
+        type=int,
+        default=1,
+        help="shim processes serving the HTTP port (see sluice shim --workers) (default: 1)",
+    )
 
 
 def parser() -> FlagParser:
     out = FlagParser(
         prog=PROG,
-        description="Run the Sluice server and the HTTP/SSE shim in front of it. Every flag but --grpc-port "
-        "and --http-port is the server's (see sluice serve) and is forwarded to it; the shim listens on "
-        "--host too.",
+        description="Run the Sluice server and the HTTP/SSE shim in front of it. Every flag but "
+        "--grpc-port, --http-port and --shim-workers is the server's (see sluice serve) and is forwarded to "
+        "it; the shim listens on --host too.",
     )
     _own_flags(out)
     add_flags(out, Settings, skip=("port",))
@@ -59,7 +65,10 @@ def main(argv: Sequence[str]) -> int:
     except (FlagError, ValueError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    return _supervise(settings, ports.http_port, server_flags)
+    if ports.shim_workers < 1:
+        print(f"{PROG}: --shim-workers must be at least 1, got {ports.shim_workers}", file=sys.stderr)
+        return 2
+    return _supervise(settings, ports, server_flags)
 
 
 def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
@@ -70,7 +79,7 @@ def _relay(line: str) -> None:
     print(line, flush=True)
 
 
-def _supervise(settings: Settings, http_port: int, server_flags: Sequence[str]) -> int:
+def _supervise(settings: Settings, ports: argparse.Namespace, server_flags: Sequence[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_stopped)
     children: list[Child] = []
@@ -83,7 +92,8 @@ def _supervise(settings: Settings, http_port: int, server_flags: Sequence[str]) 
         server.wait_listening(START_TIMEOUT_S)
         server.wait_ready()
         upstream = f"{settings.host}:{server.port}"
-        shim_flags = ["--upstream", upstream, "--host", settings.host, "--port", str(http_port)]
+        shim_flags = ["--upstream", upstream, "--host", settings.host, "--port", str(ports.http_port)]
+        shim_flags += ["--workers", str(ports.shim_workers)]
         shim = ShimChild(shim_flags, relay=_relay, die_with_parent=True)
         children.append(shim)
         shim.wait_listening(START_TIMEOUT_S)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from shim.config import ShimSettings
 from shim.serving import run
+from shim.workers import supervise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"sluice shim: {exc}", file=sys.stderr)
         return 2
-    return run(settings)
+    return supervise(settings) if settings.workers > 1 else run(settings)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,12 @@ class ShimSettings:
     upstream: str = setting("127.0.0.1:50051", help="gRPC server target", unit="host:port")
     host: str = setting("127.0.0.1", help="HTTP interface to bind")
     port: int = setting(8000, help="HTTP port; 0 picks a free one")
+    workers: int = setting(
+        1,
+        help="shim processes serving the one port, each with its own event loop and pooled gRPC channel; "
+        "max-inflight and max-connections hold per process",
+        unit="processes",
+    )
     max_body_bytes: int = setting(
         _MIB, help="largest request body accepted; a larger one is refused with 413", unit="bytes"
     )
@@ -72,7 +78,7 @@ class ShimSettings:
             raise ValueError("host must be a non-empty interface address")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {self.port}")
-        for name in ("max_body_bytes", "max_inflight", "max_message_bytes"):
+        for name in ("workers", "max_body_bytes", "max_inflight", "max_message_bytes"):
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -1,14 +1,16 @@
 """The shim's Prometheus instruments and the ASGI middleware that counts every request by route template and
-status; /metrics serves them. With --workers N each worker process counts its own requests (a scrape reaches
-one of them), as without a multiprocess collector."""
+status; /metrics serves them. Under --workers N (PROMETHEUS_MULTIPROC_DIR set by shim.workers) every worker
+writes its instruments to that directory and a scrape answered by any worker sums all of them."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,7 +25,9 @@ class ShimMetrics:
             "sluice_shim_requests_total", "HTTP requests answered, by route template and status.",
             ["route", "status"], registry=r,
         )  # fmt: skip
-        self.open_streams = Gauge("sluice_shim_open_streams", "SSE streams being relayed.", registry=r)
+        self.open_streams = Gauge(
+            "sluice_shim_open_streams", "SSE streams being relayed.", registry=r, multiprocess_mode="livesum"
+        )
         self.disconnects = Counter(
             "sluice_shim_disconnects_total", "Clients that left before their answer was complete.",
             ["route"], registry=r,
@@ -34,6 +38,7 @@ class ShimMetrics:
             ["route"], buckets=_LATENCY, registry=r,
         )  # fmt: skip
         self._counted: dict[tuple[str, int], Any] = {}
+        self._shared_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
     def count(self, route: str, status: int) -> None:
         child = self._counted.get((route, status))
@@ -42,7 +47,11 @@ class ShimMetrics:
         child.inc()
 
     def render(self) -> Response:
-        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+        registry = self.registry
+        if self._shared_dir is not None:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=self._shared_dir)  # type: ignore[no-untyped-call]
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def metrics_of(request: Request) -> ShimMetrics:

@@ -48,7 +48,8 @@ def test_generated_requests_get_no_5xx_and_answers_follow_the_schema(
             "--max-examples", "25", "--generation-deterministic", "--request-timeout", "30",
             "--workers", "1", "--phases", "coverage,fuzzing",
         ],
-        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,  # its cache stays out of the tree
+        capture_output=True, text=True, timeout=600, check=False,
+        cwd=tmp_path,  # its cache stays out of the tree
     )  # fmt: skip
     summary = result.stdout[-3000:]
     assert result.returncode == 0, summary
