@@ -3,7 +3,6 @@ heartbeats, pulling one gRPC message per event so back-pressure reaches the serv
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from clients.codec import finish_reason_name
 from shim import sse
 from shim.errors import ErrorBody, from_rpc_error, from_stream_error, upstream_protocol_error
+from shim.paced import HEARTBEAT, PacedStream
 from shim.translate import json_field_for, usage_to_json
 
 GenerateCall = grpc.aio.UnaryStreamCall[pb.GenerateRequest, pb.GenerateResponse]
@@ -68,7 +68,8 @@ async def relay_events(
     Starlette cancels this generator when the client disconnects; the `finally` then cancels the call.
     """
     message: pb.GenerateResponse = first
-    pending: asyncio.Future[pb.GenerateResponse | grpc.aio.EOFType] | None = None
+    # Only the next message is read ahead of the events the client has taken.
+    stream = PacedStream(call, heartbeat_s=heartbeat_s)
     try:
         while True:
             if message.text or message.token_ids:
@@ -77,12 +78,9 @@ async def relay_events(
             if finish_reason is not None:
                 yield sse.done_event(finish_reason, usage_to_json(message.usage), _stream_error(message))
                 return
-            # Only the next message is requested, and only after the previous event was taken.
-            pending = asyncio.ensure_future(call.read())
-            async for ping in sse.heartbeats_until(pending, interval_s=heartbeat_s):
-                yield ping
             try:
-                received = pending.result()
+                while (received := await stream.next()) is HEARTBEAT:
+                    yield sse.PING
             except grpc.aio.AioRpcError as exc:
                 error = from_rpc_error(exc, json_field=json_field_for, reconnect_s=reconnect_s)
                 yield sse.error_event(error.body)
@@ -92,6 +90,5 @@ async def relay_events(
                 return
             message = received
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
+        stream.close()
         call.cancel()

@@ -16,6 +16,7 @@ from clients.codec import finish_reason_name
 from shim import sse
 from shim.channel import Upstream
 from shim.errors import ErrorBody, from_rpc_error, from_stream_error, upstream_protocol_error
+from shim.paced import HEARTBEAT, PacedStream
 
 GenerateCall = grpc.aio.UnaryStreamCall[pb.GenerateRequest, pb.GenerateResponse]
 _ENDED_EARLY = "the upstream ended the generation without a final message"
@@ -134,26 +135,25 @@ class Generations:
 
     async def _single(self, heartbeat_s: float) -> AsyncIterator[Piece | bytes]:
         message = self._first[0]
-        while True:
-            piece = Piece.of(0, message)
-            yield piece
-            if piece.finish_reason is not None:
-                return
-            pending = asyncio.ensure_future(self.calls[0].read())
-            try:
-                async for ping in sse.heartbeats_until(pending, interval_s=heartbeat_s):
-                    yield ping
-                received = pending.result()
-            except grpc.aio.AioRpcError as exc:
-                yield Piece(0, error=from_rpc_error(exc, reconnect_s=self.reconnect_s).body)
-                return
-            finally:
-                if not pending.done():
-                    pending.cancel()
-            if not isinstance(received, pb.GenerateResponse):
-                yield Piece(0, error=upstream_protocol_error(_ENDED_EARLY).body)
-                return
-            message = received
+        stream = PacedStream(self.calls[0], heartbeat_s=heartbeat_s)
+        try:
+            while True:
+                piece = Piece.of(0, message)
+                yield piece
+                if piece.finish_reason is not None:
+                    return
+                try:
+                    while (received := await stream.next()) is HEARTBEAT:
+                        yield sse.PING
+                except grpc.aio.AioRpcError as exc:
+                    yield Piece(0, error=from_rpc_error(exc, reconnect_s=self.reconnect_s).body)
+                    return
+                if not isinstance(received, pb.GenerateResponse):
+                    yield Piece(0, error=upstream_protocol_error(_ENDED_EARLY).body)
+                    return
+                message = received
+        finally:
+            stream.close()
 
     async def _feed(self, index: int, queue: asyncio.Queue[Piece]) -> None:
         """Reads one call into the queue; a full queue stops the reading, and so the server."""

@@ -190,3 +190,22 @@ async def test_inflight_bound_refuses_before_reading_the_body(
         await shim.app.state.inflight.wait_idle()
         accepted = await shim.client.post("/v1/generate", json={"model": "gen", "prompt": "ok"})
     assert accepted.status_code == 200
+
+
+async def test_heartbeats_fill_a_quiet_openai_chat_stream(
+    start_shim: ShimFactory, upstream: Upstream
+) -> None:
+    shim = await start_shim(sse_heartbeat_s=0.05)
+    lines: list[str] = []
+    body = {"model": "gen-slow", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    with anyio.fail_after(10):
+        async with shim.client.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200, await response.aread()
+            async for line in response.aiter_lines():
+                if line:
+                    lines.append(line)
+                if lines.count(": ping") == 2:
+                    upstream.servicer.release_slow.set()
+    assert lines[-1] == "data: [DONE]"
+    assert lines.count(": ping") >= 2
+    assert lines.index(": ping") > 1  # after the role chunk and the first token
