@@ -21,11 +21,14 @@ from server.access_log import AccessLog
 from server.admission.gate import AdmissionGate
 from server.admission.reader import GuardedMethod, Refused, parsing_reader
 from server.admission.watchdog import WriteWatchdog
-from server.errors import SluiceError
+from server.errors import SluiceError, clip
 from server.status import to_grpc_status
 
 Context = grpc.aio.ServicerContext[Any, Any]
 REQUEST_ID_KEY = "x-request-id"
+# The end user a gateway acts for (the shim forwards OpenAI's `user`), recorded in the access log only.
+USER_KEY = "x-sluice-user"
+USER_LOG_LIMIT = 64
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # grpc's class is generic in its stubs only
 
 # The admitted call's wait for a slot, for the servicer's Timings (same task, so the context carries it).
@@ -86,7 +89,7 @@ def guarded_handler(
         stream_behaviour: Any = handler.unary_stream
 
         async def guarded_stream(request: Any, context: Context) -> AsyncIterator[Any]:
-            call_log = _CallLog.sampled(access_log, name, request)
+            call_log = _CallLog.sampled(access_log, name, request, context)
             with call_log or _UNLOGGED:
                 slot = await admit(request, context, method)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
@@ -110,7 +113,7 @@ def guarded_handler(
     unary_behaviour: Any = handler.unary_unary
 
     async def guarded_unary(request: Any, context: Context) -> Any:
-        call_log = _CallLog.sampled(access_log, name, request)
+        call_log = _CallLog.sampled(access_log, name, request, context)
         with call_log or _UNLOGGED:
             slot = await admit(request, context, method)
             try:
@@ -134,16 +137,17 @@ class _CallLog:
     """The access-log line of one sampled call: opened as it arrives, written as it ends, however it ends.
     `answer` is the unary response, or a stream's last message."""
 
-    __slots__ = ("answer", "log", "method", "request", "started")
+    __slots__ = ("answer", "log", "method", "request", "started", "user")
 
-    def __init__(self, log: AccessLog, method: str, request: Any) -> None:
+    def __init__(self, log: AccessLog, method: str, request: Any, context: Context) -> None:
         self.log, self.method, self.request = log, method, request
         self.started = time.monotonic()
         self.answer: Any = None
+        self.user = next((v for k, v in context.invocation_metadata() or () if k == USER_KEY), None)
 
     @classmethod
-    def sampled(cls, log: AccessLog, method: str, request: Any) -> _CallLog | None:
-        return cls(log, method, request) if log.sampled() else None
+    def sampled(cls, log: AccessLog, method: str, request: Any, context: Context) -> _CallLog | None:
+        return cls(log, method, request, context) if log.sampled() else None
 
     def __enter__(self) -> _CallLog:
         return self
@@ -161,6 +165,8 @@ class _CallLog:
             "queue_ms": round(ADMISSION_WAIT.get() * 1000, 3),
             "duration_ms": round((time.monotonic() - self.started) * 1000, 3),
         }
+        if self.user is not None:
+            line["user"] = clip(self.user, USER_LOG_LIMIT)
         if answer is not None and "timings" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
             timings = answer.timings
             line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)

@@ -4,9 +4,11 @@ admission middleware; errors become OpenAI's shape in the app's handlers (shim/o
 from __future__ import annotations
 
 import re
+import string
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
@@ -30,6 +32,8 @@ from shim.sse import EventStreamResponse
 router = APIRouter(prefix="/v1", tags=["openai"])
 BodyT = TypeVar("BodyT", bound=BaseModel)
 USER_METADATA = "x-sluice-user"
+USER_FORWARD_LIMIT = 256
+_PRINTABLE = string.punctuation.replace("%", "") + " "
 STARTED = int(time.time())  # `created` of every model: when this process began serving it
 
 # Server-side proto paths -> the OpenAI parameter a caller set.
@@ -71,7 +75,10 @@ def parse(raw: bytes, schema: type[BodyT]) -> BodyT:
 
 
 def _metadata(body: Any) -> tuple[tuple[str, str], ...]:
-    return ((USER_METADATA, body.user),) if getattr(body, "user", None) else ()
+    """OpenAI's `user`, for the server's access log: gRPC metadata carries printable ASCII only, so any
+    other character is percent-encoded; the server clips what it logs."""
+    user = getattr(body, "user", None)
+    return ((USER_METADATA, quote(user[:USER_FORWARD_LIMIT], safe=_PRINTABLE)),) if user else ()
 
 
 def _options(request: Request, default_timeout_s: float) -> CallOptions:

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import grpc
 import numpy as np
+import openai
 import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from tests.support.processes import ServerProcess, start_server, wait_until
+from tests.support.processes import ServerProcess, start_server, start_shim, wait_until
 
 X = np.ones(512, np.float32)
 
@@ -72,3 +73,18 @@ def test_no_access_log_by_default(server: ServerProcess, stub: pb_grpc.Inference
     stub.Infer(infer("quiet-1"), timeout=30)
     assert server.stderr_path is not None
     assert "quiet-1" not in server.stderr_path.read_text()
+
+
+def test_the_openai_user_reaches_the_access_log(logged: ServerProcess) -> None:
+    shim = start_shim(logged.target)
+    try:
+        client = openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused", max_retries=0)
+        for user in ("alice@example.com", "zoë\nnext line"):
+            client.chat.completions.create(
+                model="byte-lm", messages=[{"role": "user", "content": "hi"}], max_tokens=2, user=user
+            )
+    finally:
+        shim.terminate()
+    wait_until(lambda: sum("user" in line for line in lines(logged)) >= 2, what="two lines naming a user")
+    users = [line["user"] for line in lines(logged) if "user" in line]
+    assert users[-2:] == ["alice@example.com", "zo%C3%AB%0Anext line"]  # gRPC metadata is printable ASCII

@@ -19,6 +19,16 @@ def fresh_logger() -> None:
     logging.getLogger("sluice.access").handlers.clear()
 
 
+class CallContext:
+    """What _CallLog reads of a grpc.aio context: the call's metadata."""
+
+    def __init__(self, *metadata: tuple[str, str]) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+
 def lines(stream: io.StringIO) -> list[dict[str, object]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
@@ -37,7 +47,7 @@ def test_a_stream_that_ended_in_band_with_an_error_logs_that_error() -> None:
     last = pb.GenerateResponse(finish_reason=pb.FINISH_REASON_CANCELLED)
     last.usage.completion_tokens = 7
     last.error.code, last.error.reason = 1, "STALLED_CONSUMER"
-    with handlers._CallLog(log, "Generate", request) as call:
+    with handlers._CallLog(log, "Generate", request, CallContext()) as call:
         call.answer = last
     (line,) = lines(stream)
     assert (line["status"], line["reason"], line["tokens"], line["request_id"]) == (
@@ -52,7 +62,27 @@ def test_an_aborted_call_logs_the_error_it_was_aborted_with() -> None:
     stream = io.StringIO()
     log = AccessLog(1.0, stream=stream)
     handlers.CALL_ERROR.set(Overloaded("full"))
-    with pytest.raises(RuntimeError), handlers._CallLog(log, "Infer", pb.InferRequest(model="mlp")):
+    with (
+        pytest.raises(RuntimeError),
+        handlers._CallLog(log, "Infer", pb.InferRequest(model="mlp"), CallContext()),
+    ):
         raise RuntimeError("aborted")
     (line,) = lines(stream)
     assert (line["status"], line["reason"], line["model"]) == ("RESOURCE_EXHAUSTED", "QUEUE_FULL", "mlp")
+
+
+def test_the_end_user_a_gateway_names_is_logged_clipped() -> None:
+    stream = io.StringIO()
+    log = AccessLog(1.0, stream=stream)
+    for user in ("alice", "b" * 500):
+        context = CallContext(("x-request-id", "r"), (handlers.USER_KEY, user))
+        with handlers._CallLog(log, "Infer", pb.InferRequest(model="mlp"), context):
+            pass
+    with handlers._CallLog(log, "Infer", pb.InferRequest(model="mlp"), CallContext()):
+        pass
+    first, second, third = lines(stream)
+    assert first["user"] == "alice"
+    assert str(second["user"]).startswith("b" * handlers.USER_LOG_LIMIT) and "(500 chars)" in str(
+        second["user"]
+    )
+    assert "user" not in third
