@@ -4,7 +4,6 @@ line and exit 2 before anything listens, and reflection under both of its names.
 
 from __future__ import annotations
 
-import re
 import socket
 import subprocess
 import sys
@@ -17,16 +16,9 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from clients import SluiceClient
 from tests.support.processes import ROOT, ServerProcess, start_server
+from tests.support.readme import readme_block
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
-
-
-def readme_block(starting: str) -> str:
-    """The fenced code block of the README whose first line starts with `starting`."""
-    for block in re.findall(r"```\w*\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL):
-        if block.startswith(starting):
-            return str(block)
-    raise AssertionError(f"no README code block starts with {starting!r}")
 
 
 def run_sluice(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:

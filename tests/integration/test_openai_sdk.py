@@ -6,6 +6,8 @@ a stream left early stopping generation on the server."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -17,6 +19,7 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from shim.openai.response_models import ChatCompletion, Completion, ModelList
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
+from tests.support.readme import readme_block
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story"}]
 
@@ -240,3 +243,17 @@ def test_embeddings_equal_the_native_infer_vectors_as_floats_and_base64(
     with pytest.raises(openai.BadRequestError) as info:
         sdk.embeddings.create(model="all-minilm-l6-v2", input="x", dimensions=64)
     assert info.value.param == "dimensions"
+
+
+def test_the_readme_sdk_example_runs_as_written(shim: ShimProcess) -> None:
+    """Issue 9, acceptance 5: the first HTTP example of the README, pointed at this test's shim."""
+    example = readme_block("from openai import OpenAI")
+    assert 'base_url="http://127.0.0.1:8000/v1"' in example
+    example = example.replace("http://127.0.0.1:8000", shim.url)
+    ran = subprocess.run(
+        [sys.executable, "-c", example], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    streamed, counted = ran.stdout.rstrip("\n").rsplit("\n", 1)
+    assert streamed.strip(), ran.stdout
+    assert counted == "2 vectors of 384"
