@@ -7,6 +7,7 @@ import re
 import string
 import time
 from collections.abc import AsyncIterator, Callable
+from types import ModuleType
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -122,38 +123,33 @@ async def _generate(
             generations.cancel()
 
 
-@router.post("/chat/completions", **documented(ChatCompletionRequest, "ChatCompletion", streams=True))
-async def create_chat_completion(request: Request) -> Response:
-    body = parse(await request.body(), ChatCompletionRequest)
-    request_id = chat.new_id()
+async def _create(
+    request: Request, kind: type[ChatCompletionRequest | CompletionRequest], dialect: ModuleType
+) -> Response:
+    """A chat completion or a completion: `dialect` (shim.openai.chat or .completions) builds the Generate
+    calls and shapes their answer."""
+    body = parse(await request.body(), kind)
+    request_id: str = dialect.new_id()
     heartbeat_s = settings_of(request).sse_heartbeat_s
     options = _options(request, settings_of(request).generate_timeout_s)
     return await _generate(
         request,
         body,
-        chat.generate_requests(body, request_id=request_id, priority=options.priority),
+        dialect.generate_requests(body, request_id=request_id, priority=options.priority),
         request_id,
-        lambda b, choices: chat.completion(b, choices, request_id=request_id),
-        lambda b, generations: chat.chunks(b, generations, request_id=request_id, heartbeat_s=heartbeat_s),
+        lambda b, choices: dialect.completion(b, choices, request_id=request_id),
+        lambda b, generations: dialect.chunks(b, generations, request_id=request_id, heartbeat_s=heartbeat_s),
     )
+
+
+@router.post("/chat/completions", **documented(ChatCompletionRequest, "ChatCompletion", streams=True))
+async def create_chat_completion(request: Request) -> Response:
+    return await _create(request, ChatCompletionRequest, chat)
 
 
 @router.post("/completions", **documented(CompletionRequest, "Completion", streams=True))
 async def create_completion(request: Request) -> Response:
-    body = parse(await request.body(), CompletionRequest)
-    request_id = completions.new_id()
-    heartbeat_s = settings_of(request).sse_heartbeat_s
-    options = _options(request, settings_of(request).generate_timeout_s)
-    return await _generate(
-        request,
-        body,
-        completions.generate_requests(body, request_id=request_id, priority=options.priority),
-        request_id,
-        lambda b, choices: completions.completion(b, choices, request_id=request_id),
-        lambda b, generations: completions.chunks(
-            b, generations, request_id=request_id, heartbeat_s=heartbeat_s
-        ),
-    )
+    return await _create(request, CompletionRequest, completions)
 
 
 @router.post("/embeddings", **documented(EmbeddingRequest, "EmbeddingList"))
