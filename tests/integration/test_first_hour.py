@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import httpx
 import numpy as np
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2
@@ -148,3 +149,13 @@ def test_reflection_can_be_turned_off() -> None:
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         assert server.terminate() == 0
+
+
+def test_the_metrics_port_binds_apart_from_the_grpc_host() -> None:
+    server = start_server("--models", "mlp", "--host", "127.0.0.1", "--metrics-host", "127.0.0.2")
+    try:
+        assert httpx.get(f"http://127.0.0.2:{server.metrics_port}/metrics", timeout=10).status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
+    finally:
+        assert server.terminate() == 0, server.diagnostics()
