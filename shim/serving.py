@@ -29,9 +29,10 @@ logger = logging.getLogger("shim")
 # reserve kept beyond the cap, so accept() never meets EMFILE.
 ACCEPT_BURST = RESERVED_FDS // 8
 # asyncio also listens with `backlog`; the kernel's queue of connections not yet accepted holds no
-# descriptor of ours, so it is set back to uvicorn's default once serving: a burst of connections waits
-# there instead of having its SYNs dropped (a second's retry each).
-LISTEN_QUEUE = 2048
+# descriptor of ours, so it is made as long as the kernel allows (net.core.somaxconn; listen() caps a
+# larger value) once serving: a burst of connections waits there instead of having its SYNs dropped (a
+# second's retry each), and a connection flood takes longer to fill it while the loop is busy.
+LISTEN_QUEUE = 65535
 
 
 def configure_logging() -> None:
