@@ -28,7 +28,7 @@ from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
-from server.capacity import plan_capacity
+from server.capacity import kv_slots, plan_capacity
 from server.config import Settings
 from server.memory import make_probe
 from server.metrics import Metrics
@@ -162,7 +162,9 @@ class SluiceServer:
             else:
                 schedulers[name] = await self._start_generative_model(model, worker)
                 generate_gates[name] = AdmissionGate(
-                    f"Generate {name}", slots=self.settings.max_sequences, max_waiting=self.settings.max_queue
+                    f"Generate {name}",
+                    slots=schedulers[name].pool.capacity,
+                    max_waiting=self.settings.max_queue,
                 )
         self.servicer.install(batchers, schedulers)
         self.interceptor.methods = _methods(infer_gates, generate_gates)
@@ -208,18 +210,21 @@ class SluiceServer:
     ) -> ContinuousScheduler:
         s = self.settings
         context = min(s.context_length, model.descriptor.limits.context_length or s.context_length)
-        cache = await worker.run(model.allocate_cache, s.max_sequences, context)
+        slots, why = kv_slots(model, s, context, self.breaker.probe.read())
+        cache = await worker.run(model.allocate_cache, slots, context)
         log.info(
-            "KV cache for %s: %d slots x %d tokens = %.1f MiB",
+            "KV cache for %s: %d slots x %d tokens = %.1f MiB (%s)",
             model.descriptor.name,
-            s.max_sequences,
+            slots,
             context,
             cache / 2**20,
+            why,
         )
         scheduler = ContinuousScheduler(
             model,
             worker,
-            max_sequences=s.max_sequences,
+            max_sequences=slots,
+            prefill_chunk_tokens=s.prefill_chunk_tokens,
             limits=RequestLimits(
                 context_length=context,
                 default_max_tokens=s.default_max_tokens,
@@ -231,7 +236,7 @@ class SluiceServer:
             breaker=self.breaker,
             metrics=self.metrics,
         )
-        await worker.run(_warm_generative, model, s.warmup_steps, s.max_sequences)
+        await worker.run(_warm_generative, model, s.warmup_steps, slots)
         self.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
         return scheduler
 

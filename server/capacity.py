@@ -1,5 +1,6 @@
 """Capacity from measurement: per-request peak memory at a few batch sizes, then
-N = (budget - in use now) / per-request peak x (1 - margin), and the largest batch that fits.
+N = (budget - in use now) / per-request peak x (1 - margin), and the largest batch that fits; and for a
+generative model, the KV-cache slots the memory free at start-up holds.
 
 On CUDA the peak is torch.cuda.max_memory_allocated around a forward pass. On CPU, where torch's allocator
 keeps no statistics, it is an upper bound: the bytes of every intermediate tensor of one forward pass,
@@ -18,8 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from server.config import Settings
-from server.memory import MemoryProbe
-from server.runtimes.base import TensorModel, synthetic_item
+from server.memory import MemoryProbe, MemoryReading
+from server.runtimes.base import GenerativeModel, TensorModel, synthetic_item
 
 _BATCHES = (1, 8, 32)
 _MAX_SLOTS = 1024  # beyond this the queue, not memory, is the bound that matters
@@ -64,6 +65,30 @@ def plan_capacity(model: TensorModel, settings: Settings, probe: MemoryProbe) ->
         if device.type == "cuda"
         else "activation bytes (upper bound)",
         margin=settings.capacity_margin,
+    )
+
+
+def kv_slots(
+    model: GenerativeModel, settings: Settings, context_length: int, reading: MemoryReading
+) -> tuple[int, str]:
+    """KV-cache slots for a generative model: --max-sequences, fewer where the --kv-cache-memory fraction of
+    the memory free now does not hold that many; with how it was decided, for the start-up log."""
+    per_slot = model.slot_bytes(context_length)
+    if per_slot is None:
+        return settings.max_sequences, "--max-sequences; the runtime does not say its slot size"
+    free = max(reading.budget_bytes - reading.used_bytes, 0)
+    fits = int(free * settings.kv_cache_memory) // max(per_slot, 1)
+    if fits < 1:
+        raise ValueError(
+            f"invalid setting context_length: one KV-cache slot of {context_length} tokens takes "
+            f"{per_slot / 2**20:.1f} MiB, more than {settings.kv_cache_memory} x {free / 2**20:.0f} MiB "
+            "free; lower --context-length or raise --kv-cache-memory"
+        )
+    slots = min(settings.max_sequences, fits)
+    bound = "--max-sequences" if slots == settings.max_sequences else "memory"
+    return slots, (
+        f"{bound}: {settings.kv_cache_memory} x free {free / 2**20:.0f} MiB / {per_slot / 2**20:.2f} MiB "
+        f"per slot = {fits} slots, --max-sequences {settings.max_sequences}"
     )
 
 

@@ -32,6 +32,11 @@ class Settings:
         (), help="Hugging Face causal LMs as NAME=DIR (a save_pretrained directory), served by that NAME"
     )
     device: str = setting("auto", help="auto, cpu, cuda or cuda:N")
+    dtype: str = setting(
+        "auto",
+        help="weights and KV cache of Hugging Face generative models: auto, float32, bfloat16 or float16",
+        shown="auto: bfloat16 on CUDA, float32 on CPU",
+    )
     torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
     lm_size: str = setting("tiny", help="size of the embedded byte LM: tiny, small or bench")
     mlp_width: int = setting(2048, help="hidden width of the embedded MLP", unit="units")
@@ -62,6 +67,14 @@ class Settings:
     # Continuous batching (Generate).
     max_sequences: int = setting(32, help="KV-cache slots per generative model", unit="sequences")
     context_length: int = setting(1024, help="tokens per KV-cache slot", unit="tokens")
+    kv_cache_memory: float = setting(
+        0.9, help="fraction of the memory free at start-up the KV cache may take (fewer slots if short)"
+    )
+    # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
+    # next tokens wait for at most this many prompt tokens.
+    prefill_chunk_tokens: int = setting(
+        128, help="prompt tokens prefilled per step, beside the running streams", unit="tokens"
+    )
     default_max_tokens: int = setting(128, help="max_tokens of a request that sets none", unit="tokens")
     max_stop_sequences: int = setting(4, help="stop sequences a request may give", unit="sequences")
     max_stop_chars: int = setting(128, help="length of one stop sequence", unit="characters")
@@ -96,6 +109,13 @@ class Settings:
             "device",
             "must be auto, cpu, cuda or cuda:N",
         )
+        _check(
+            self.dtype in ("auto", "float32", "bfloat16", "float16"),
+            "dtype",
+            "must be auto, float32, bfloat16 or float16",
+        )
+        _check(0 < self.kv_cache_memory <= 1, "kv_cache_memory", "must be in (0, 1]")
+        _check(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens", "must be >= 1")
         _check(self.lm_size in ("tiny", "small", "bench"), "lm_size", "must be tiny, small or bench")
         _check(self.max_concurrency is None or self.max_concurrency > 0, "max_concurrency", "must be > 0")
         _check(self.max_queue >= 0, "max_queue", "must be >= 0")

@@ -19,6 +19,7 @@ import torch
 
 from server.admission.breaker import MemoryBreaker
 from server.batching.oom import OomRecovery, out_of_memory
+from server.batching.prefill import PrefillWork, plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
 from server.batching.sequence import GenSequence
 from server.batching.slots import SlotPool
@@ -58,6 +59,7 @@ class ContinuousScheduler:
         stall_timeout_s: float,
         breaker: MemoryBreaker | None,
         metrics: Metrics,
+        prefill_chunk_tokens: int | None = None,
     ) -> None:
         self.model = model
         self.worker = worker
@@ -65,6 +67,8 @@ class ContinuousScheduler:
         self.limits = limits
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s
+        # None: whole prompts (a runtime that cannot prefill from mid-prompt), as many as slots allow.
+        self.prefill_budget = prefill_chunk_tokens if model.chunked_prefill else None
         self.joining: deque[GenSequence] = deque()
         self.active: list[GenSequence] = []
         self.steps_started = 0
@@ -94,7 +98,7 @@ class ContinuousScheduler:
             params,
             seed,
             TokenStream(self.stream_buffer, self._wake.set),
-            TextAssembler(params.stop),
+            TextAssembler(params.stop, strip_leading_space=self.model.strips_leading_space),
             time.monotonic(),
         )
         self.joining.append(seq)
@@ -138,20 +142,23 @@ class ContinuousScheduler:
                 self._end_all(ShuttingDown("the server is shutting down"))
             self._retire()
             runnable = self._runnable(now)
-            joiners = self._admit_joiners()
+            prefilling = (s for s in self.active if s.prefilled < len(s.prompt))
+            work = plan_prefill(prefilling, self.joining, self.pool, self.prefill_budget)
             self._publish_gauges(len(runnable))
-            if not runnable and not joiners:
+            if not runnable and not work.chunks:
                 timeout = self._next_timer(now)
                 with contextlib.suppress(TimeoutError):
                     # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a shutdown cancel.
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
                 continue
-            await self._step(joiners, runnable)
+            await self._step(work, runnable)
 
     def _runnable(self, now: float) -> list[GenSequence]:
         runnable = []
         for seq in self.active:
+            if seq.prefilled < len(seq.prompt):
+                continue  # its prompt is still going in, a chunk per step
             if seq.stream.has_room():
                 seq.paused_since = None
                 runnable.append(seq)
@@ -168,35 +175,26 @@ class ContinuousScheduler:
                 )
         return runnable
 
-    def _admit_joiners(self) -> list[GenSequence]:
-        joiners = []
-        while self.joining and (slot := self.pool.acquire()) is not None:
-            seq = self.joining.popleft()
-            seq.slot = slot
-            self.pool.set_tokens(slot, len(seq.prompt))
-            joiners.append(seq)
-        return joiners
-
-    async def _step(self, joiners: list[GenSequence], runnable: list[GenSequence]) -> None:
+    async def _step(self, work: PrefillWork, runnable: list[GenSequence]) -> None:
         step = self.steps_started
         self.steps_started += 1
-        batch = joiners + runnable
-        plan = StepPlan.of(joiners, runnable)
+        completing = work.completing
+        batch = completing + runnable
+        plan = StepPlan.of(work.prefills, completing, runnable)
         started = time.monotonic()
-        self.active.extend(joiners)
+        self.active.extend(work.joined)
         try:
             result = await self.worker.run(run_step, self.model, plan)
         except Exception as exc:  # the whole step failed: its sequences end with an error, others go on
             error = self._step_error(exc)
-            for seq in batch:
+            for seq in [*(seq for seq, _ in work.chunks), *runnable]:
                 self._finish(seq, FinishReason.ERROR, error=error)
             return
         self._m_compute.observe(time.monotonic() - started)
-        self._m_batch.observe(len(batch))
+        self._m_batch.observe(len(work.chunks) + len(runnable))
         tokens = result.tokens
         self._m_tokens.inc(len(tokens))
-        for seq in joiners:
-            seq.position = len(seq.prompt)
+        work.commit()
         for seq in runnable:
             seq.position += 1
         for row, (seq, token) in enumerate(zip(batch, tokens, strict=True)):

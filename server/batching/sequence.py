@@ -11,7 +11,8 @@ from server.domain import SamplingParams, Usage
 
 @dataclass(eq=False, slots=True)
 class GenSequence:
-    """One generation's state; `position` counts the tokens already written to its KV slot."""
+    """One generation's state; `position` counts the tokens already written to its KV slot once the prompt
+    is in (`prefilled` counts the prompt tokens written so far, chunk by chunk)."""
 
     prompt: list[int]
     params: SamplingParams
@@ -21,6 +22,7 @@ class GenSequence:
     arrived: float
     slot: int | None = None
     position: int = 0
+    prefilled: int = 0
     last_token: int = -1
     generated: int = 0
     cancel_step: int | None = None

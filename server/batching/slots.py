@@ -10,6 +10,7 @@ class SlotPool:
 
     def __init__(self, slots: int, context_length: int) -> None:
         self.context_length = context_length
+        self.capacity = slots
         self._free = list(range(slots))
         self._tokens: dict[int, int] = {}
 

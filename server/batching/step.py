@@ -1,5 +1,6 @@
-"""One iteration's model work, run on the model's worker thread: prefill the sequences that join, one
-decode step for the running ones, then sample a token for every row in one batched call."""
+"""One iteration's model work, run on the model's worker thread: the prefill chunks and one decode step for
+the running sequences (one pass where the runtime fuses them), then one sampled token for every row whose
+prompt is complete, in one batched call."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from server.batching.oom import release_cached_memory
 from server.batching.sampling import sample, uniforms
 from server.batching.sequence import GenSequence
 from server.domain import SamplingParams
-from server.runtimes.base import GenerativeModel
+from server.runtimes.base import GenerativeModel, Prefill
 
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
     """What the worker needs, copied out of the sequences on the event loop (the worker touches none)."""
 
-    prefills: list[tuple[int, list[int]]]
+    prefills: list[Prefill]
     slots: list[int]
     last_tokens: list[int]
     positions: list[int]
@@ -29,12 +30,15 @@ class StepPlan:
     logprob_rows: list[tuple[int, int]]  # (row, alternatives) for the rows that asked for log-probabilities
 
     @classmethod
-    def of(cls, joiners: list[GenSequence], runnable: list[GenSequence]) -> StepPlan:
-        batch = joiners + runnable
+    def of(
+        cls, prefills: list[Prefill], completing: list[GenSequence], runnable: list[GenSequence]
+    ) -> StepPlan:
+        """Rows: the sequences whose prompt this step completes (their first token), then the running ones."""
+        batch = completing + runnable
         seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
         counters = np.fromiter((s.generated for s in batch), dtype=np.int64, count=len(batch))
         return cls(
-            prefills=[(s.slot, s.prompt) for s in joiners if s.slot is not None],
+            prefills=prefills,
             slots=[s.slot for s in runnable if s.slot is not None],
             last_tokens=[s.last_token for s in runnable],
             positions=[s.position for s in runnable],
@@ -67,16 +71,14 @@ def run_step(model: GenerativeModel, plan: StepPlan) -> StepResult:
 
 def _step(model: GenerativeModel, plan: StepPlan) -> StepResult:
     device = model.device
-    logits = model.prefill_many(plan.prefills) if plan.prefills else None
-    if plan.slots:
-        decoded = model.decode(
-            plan.slots,
-            torch.tensor(plan.last_tokens, device=device),
-            torch.tensor(plan.positions, device=device),
-        )
-        logits = decoded if logits is None else torch.cat([logits, decoded])
-    if logits is None:
-        raise RuntimeError("a step needs at least one sequence")
+    logits = model.forward(
+        plan.prefills,
+        plan.slots,
+        torch.tensor(plan.last_tokens, dtype=torch.long, device=device),
+        torch.tensor(plan.positions, dtype=torch.long, device=device),
+    )
+    if not len(logits):
+        return StepResult([], {})  # only chunks of prompts that do not end yet
     # Log-probabilities of the model's own distribution: before min_tokens' mask and temperature.
     logprobs = (
         torch.log_softmax(logits[[r for r, _ in plan.logprob_rows]].float(), dim=-1)

@@ -13,8 +13,9 @@ from server.batching.stops import StopMatcher
 
 
 class TextAssembler:
-    def __init__(self, stop: tuple[str, ...]) -> None:
+    def __init__(self, stop: tuple[str, ...], *, strip_leading_space: bool = False) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._strip = strip_leading_space
         self._matcher = StopMatcher(stop) if stop else None
         self._state = 0
         self._held = ""
@@ -23,6 +24,10 @@ class TextAssembler:
         """Adds a token's bytes; returns (text safe to emit now, whether a stop sequence completed). A stop
         that completes while `may_stop` is False (min_tokens not reached) is ordinary text."""
         new = self._decoder.decode(data)
+        if self._strip and new:
+            # As SentencePiece's decode(): the text's first space is the dummy prefix, not output.
+            self._strip = False
+            new = new.removeprefix(" ")
         matcher = self._matcher
         if matcher is None:
             return new, False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -87,6 +88,17 @@ def synthetic_item(descriptor: ModelDescriptor) -> dict[str, Array]:
     return {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in descriptor.inputs}
 
 
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """Prompt tokens to write into a slot from position `start`: a whole prompt, or one chunk of a long one;
+    `last` when the chunk ends the prompt (its last logits are wanted)."""
+
+    slot: int
+    token_ids: Sequence[int]
+    start: int = 0
+    last: bool = True
+
+
 class GenerativeModel(abc.ABC):
     """An autoregressive model whose KV cache lives in server-managed slots.
 
@@ -97,6 +109,9 @@ class GenerativeModel(abc.ABC):
     vocab_size: int
     eos_id: int | None
     device: torch.device
+    #: Whether the tokenizer's decode() drops the space that begins a text (SentencePiece's dummy prefix):
+    #: the streamed text then drops it too, so that joined it equals decode() of the same ids.
+    strips_leading_space = False
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -110,6 +125,11 @@ class GenerativeModel(abc.ABC):
     @abc.abstractmethod
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for (b"" for special tokens); the scheduler detokenises incrementally."""
+
+    def slot_bytes(self, context_length: int) -> int | None:
+        """KV-cache bytes of one slot, so the server can size the cache from free memory; None where unknown
+        (then --max-sequences alone sizes it)."""
+        return None
 
     @abc.abstractmethod
     def allocate_cache(self, slots: int, context_length: int) -> int:
@@ -127,6 +147,25 @@ class GenerativeModel(abc.ABC):
     @abc.abstractmethod
     def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One decode step: token b sits at positions[b] of slots[b]; returns logits of shape [B, V]."""
+
+    #: Whether a Prefill may start mid-prompt (start > 0): the scheduler then splits long prompts to its
+    #: per-step token budget. Where False, every Prefill it sends is a whole prompt.
+    chunked_prefill = False
+
+    def forward(
+        self, prefills: Sequence[Prefill], slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """One scheduler step: the prefills, then one decode token per slot. Returns logits [N, V] for the
+        prefills that end their prompt, then for each decode row. The default runs prefill_many and decode;
+        a runtime that fuses both into one pass overrides it."""
+        parts = []
+        if prefills:
+            parts.append(self.prefill_many([(p.slot, p.token_ids) for p in prefills]))
+        if slots:
+            parts.append(self.decode(slots, tokens, positions))
+        if not parts:
+            raise RuntimeError("a step needs at least one sequence")
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def release(self, slot: int) -> None:  # noqa: B027 - optional hook: slot caches are overwritten on reuse
         """Called when a slot is freed; runtimes whose cache is not slot-indexed drop state here."""

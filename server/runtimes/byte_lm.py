@@ -93,6 +93,9 @@ class ByteLm(GenerativeModel, nn.Module):
     def token_bytes(self, token_id: int) -> bytes:
         return bytes((token_id,)) if token_id < 256 else b""
 
+    def slot_bytes(self, context_length: int) -> int:
+        return 2 * self.shape.layers * self.heads * context_length * self.head_dim * 4
+
     def allocate_cache(self, slots: int, context_length: int) -> int:
         dims = (self.shape.layers, slots, self.heads, context_length, self.head_dim)
         self.k_cache = torch.zeros(dims, device=self.device)

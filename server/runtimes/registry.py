@@ -110,12 +110,24 @@ def build_models(settings: Settings, device: torch.device) -> list[Model]:
 
 
 def _hf_model(settings: Settings, name: str, directory: Path, device: torch.device) -> Model:
-    from server.runtimes.hf_causal import HfCausalLm  # transformers loads only when a model needs it
+    from server.runtimes.hf_causal import load_hf_causal  # transformers loads only when a model needs it
 
-    return HfCausalLm(
+    return load_hf_causal(
         directory,
         name=name,
         context_length=settings.context_length,
         max_sequences=settings.max_sequences,
         device=device,
+        dtype=model_dtype(settings.dtype, device),
     )
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def model_dtype(setting: str, device: torch.device) -> torch.dtype:
+    """--dtype: auto is bfloat16 on CUDA (half the memory, tensor cores) and float32 on CPU, where bfloat16
+    matmuls are slower on most of the CPUs these machines have."""
+    if setting == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[setting]

@@ -1,0 +1,121 @@
+"""What both Hugging Face generative runtimes read from a checkpoint directory besides the weights: the
+config, the tokenizer (encoding, chat template, each token's bytes, end of sequence) and the descriptor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from server.domain import ChatTurn, ModelDescriptor, ModelKind, ModelLimits
+from server.runtimes.base import default_chat_text
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+class HfCheckpoint:
+    """A checkpoint's text side; token ids are bytes where the directory holds no tokenizer."""
+
+    def __init__(self, path: Path, *, context_length: int) -> None:
+        from transformers import AutoConfig
+
+        self.path = path
+        self.config: Any = AutoConfig.from_pretrained(path)
+        self.vocab_size = int(self.config.vocab_size)
+        limit: Any = getattr(self.config, "max_position_embeddings", None) or getattr(
+            self.config, "n_positions", None
+        )
+        self.context_length = min(context_length, int(limit or context_length))
+        self.tokenizer = _load_tokenizer(path)
+        self.token_bytes = _token_bytes_table(self.tokenizer, self.vocab_size)
+        eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer else self.config.eos_token_id
+        self.eos_id: int | None = eos if isinstance(eos, int) and 0 <= eos < self.vocab_size else None
+        self.strips_leading_space = _strips_leading_space(self.tokenizer, self.token_bytes)
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            return list(text.encode("utf-8"))
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
+        """The tokenizer's own chat template when it has one (Llama, Qwen2, ...), else the default."""
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            return self.encode(default_chat_text(turns))
+        messages = [{"role": turn.role, "content": turn.content} for turn in turns]
+        ids: Any = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        if not isinstance(ids, list):  # a BatchEncoding where the tokenizer is set to return dicts
+            ids = ids["input_ids"]
+        return [int(token) for token in ids]
+
+    def descriptor(
+        self, name: str, *, max_sequences: int, device: torch.device, engine: str
+    ) -> ModelDescriptor:
+        return ModelDescriptor(
+            name=name,
+            version=str(getattr(self.config, "_name_or_path", "") or self.path.name),
+            kind=ModelKind.GENERATIVE,
+            description=f"Hugging Face {self.config.model_type} from {self.path} ({engine})",
+            limits=ModelLimits(
+                max_batch_size=max_sequences,
+                context_length=self.context_length,
+                max_tokens=self.context_length - 1,
+                max_concurrent_sequences=max_sequences,
+            ),
+            device=str(device),
+        )
+
+
+def _load_tokenizer(path: Path) -> Any:
+    """The directory's tokenizer, or None: then token ids are bytes (the vocabulary must cover 0-255)."""
+    from transformers import AutoTokenizer
+
+    if not any((path / name).exists() for name in _TOKENIZER_FILES):
+        return None  # transformers would otherwise invent an empty tokenizer from the model type
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _token_bytes_table(tokenizer: Any, vocab_size: int) -> list[bytes]:
+    """Each token's raw bytes, computed once, so detokenisation per token is a list lookup."""
+    if tokenizer is None:
+        if vocab_size < 256:
+            raise ValueError(
+                "invalid model: without a tokenizer the vocabulary must cover the 256 byte values"
+            )
+        return [bytes((i,)) if i < 256 else b"" for i in range(vocab_size)]
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    byte_decoder = {c: b for b, c in bytes_to_unicode().items()}  # type: ignore[no-untyped-call]
+    special = set(tokenizer.all_special_ids)
+    table = []
+    for token_id, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(vocab_size)))):
+        if piece is None or token_id in special:
+            table.append(b"")
+        elif (
+            piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6
+        ):  # sentencepiece byte fallback
+            table.append(bytes((int(piece[3:5], 16),)))
+        elif all(ch in byte_decoder for ch in piece):  # byte-level BPE (GPT-2 family)
+            table.append(bytes(byte_decoder[ch] for ch in piece))
+        else:
+            table.append(piece.replace("\u2581", " ").encode("utf-8"))
+    return table
+
+
+def _strips_leading_space(tokenizer: Any, table: list[bytes]) -> bool:
+    """Whether decode() drops the space that begins the text (SentencePiece's dummy prefix, as in Llama 2 and
+    Mistral); byte-level tokenizers (GPT-2, Llama 3, Qwen2) keep it. Asked of the tokenizer itself."""
+    if tokenizer is None:
+        return False
+    for token_id, data in enumerate(table):
+        if len(data) > 1 and data.startswith(b" ") and data[1:2] != b" ":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            return bool(tokenizer.decode([token_id]) == text[1:])
+    return False

@@ -1,0 +1,289 @@
+"""LlamaDecoder: the Llama-family decoder (Llama, Mistral, Qwen2) run natively over the server's slot cache.
+
+It loads the checkpoint's safetensors itself, as TGI and vLLM do, and runs one flat batch per step: every
+prefill chunk's tokens and every decoding row's one token go through the projections and the MLP together
+(no padding), keys and values are written into the preallocated slot cache in place, and attention reads
+that cache as a view (`scaled_dot_product_attention`, grouped-query heads folded into the query axis, so
+no head is repeated and no cache is copied or concatenated per step).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from server.runtimes.base import Prefill
+
+FAMILY = frozenset({"llama", "mistral", "qwen2"})
+
+
+def unsupported(config: Any, path: Path) -> str | None:
+    """Why this checkpoint cannot run natively (then the generic Hugging Face path serves it), or None."""
+    if config.model_type not in FAMILY:
+        return f"model type {config.model_type!r} is not one of {sorted(FAMILY)}"
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope in ("dynamic", "longrope"):
+        return f"rope type {rope!r} depends on the sequence length"
+    if getattr(config, "use_sliding_window", False) and config.model_type == "qwen2":
+        return "Qwen2's per-layer sliding windows"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    if not _weight_files(path):
+        return "no safetensors weights"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    attn_norm: torch.Tensor
+    qkv: torch.Tensor  # q, k and v projections fused: one matmul
+    qkv_bias: torch.Tensor | None
+    out: torch.Tensor
+    out_bias: torch.Tensor | None
+    mlp_norm: torch.Tensor
+    gate_up: torch.Tensor  # gate and up projections fused
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+class LlamaDecoder:
+    """Weights, rotary tables and the KV cache [layers, slots, kv_heads, context, head_dim] of one model."""
+
+    def __init__(self, path: Path, config: Any, *, dtype: torch.dtype, device: torch.device) -> None:
+        self.device, self.dtype = device, dtype
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.group = self.heads // self.kv_heads
+        self.eps = float(config.rms_norm_eps)
+        window = getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
+        self.window: int | None = int(window) if window else None
+        weights = _load(path, dtype=dtype, device=device)
+        prefix = "model." if "model.embed_tokens.weight" in weights else ""
+        self.embed = weights[f"{prefix}embed_tokens.weight"]
+        self.norm = weights[f"{prefix}norm.weight"]
+        self.lm_head = weights.get("lm_head.weight", self.embed)  # absent where embeddings are tied
+        self.layers = [_layer(weights, f"{prefix}layers.{i}.") for i in range(int(config.num_hidden_layers))]
+        self._inv_freq, self._rope_scale = _rope(config)
+        self.k_cache = torch.empty(0, device=device)
+        self.v_cache = torch.empty(0, device=device)
+        self._cos = self._sin = torch.empty(0, device=device)
+
+    def slot_bytes(self, context_length: int) -> int:
+        """KV-cache bytes one slot of `context_length` tokens takes."""
+        size = torch.empty(0, dtype=self.dtype).element_size()
+        return 2 * len(self.layers) * self.kv_heads * context_length * self.head_dim * size
+
+    def allocate(self, slots: int, context_length: int) -> int:
+        dims = (len(self.layers), slots, self.kv_heads, context_length, self.head_dim)
+        self.k_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
+        positions = torch.arange(context_length, device=self.device, dtype=torch.float32)
+        freqs = positions[:, None] * self._inv_freq.to(self.device)[None, :]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        self._cos = (angles.cos() * self._rope_scale).to(self.dtype)
+        self._sin = (angles.sin() * self._rope_scale).to(self.dtype)
+        return 2 * self.k_cache.numel() * self.k_cache.element_size()
+
+    def forward(
+        self,
+        prefills: Sequence[Prefill],
+        slots: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """One step over prefill chunks and decoding rows; logits [N, V] for the chunks that end their
+        prompt, then for every decoding row."""
+        device = self.device
+        ids: list[int] = [t for p in prefills for t in p.token_ids]
+        pos: list[int] = []
+        where: list[int] = []
+        for p in prefills:
+            pos.extend(range(p.start, p.start + len(p.token_ids)))
+            where.extend([p.slot] * len(p.token_ids))
+        flat_ids = torch.cat([torch.tensor(ids, dtype=torch.long, device=device), tokens])
+        flat_pos = torch.cat([torch.tensor(pos, dtype=torch.long, device=device), positions])
+        flat_slot = torch.cat(
+            [
+                torch.tensor(where, dtype=torch.long, device=device),
+                torch.as_tensor(slots, dtype=torch.long, device=device),
+            ]
+        )
+        attention = _Attention.plan(self, prefills, slots, positions)
+        cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
+        x = self.embed[flat_ids]
+        total = x.shape[0]
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        for index, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (x.shape[-1],), layer.attn_norm, self.eps)
+            qkv = F.linear(h, layer.qkv, layer.qkv_bias)
+            q = qkv[:, :q_width].view(total, self.heads, self.head_dim)
+            k = qkv[:, q_width : q_width + kv_width].view(total, self.kv_heads, self.head_dim)
+            v = qkv[:, q_width + kv_width :].view(total, self.kv_heads, self.head_dim)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            self.k_cache[index, flat_slot, :, flat_pos] = k
+            self.v_cache[index, flat_slot, :, flat_pos] = v
+            x = x + F.linear(attention.run(index, q), layer.out, layer.out_bias)
+            h = F.rms_norm(x, (x.shape[-1],), layer.mlp_norm, self.eps)
+            gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        last = attention.last_rows(len(slots))
+        h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)
+        logits: torch.Tensor = F.linear(h, self.lm_head)
+        return logits
+
+
+class _Attention:
+    """The step's attention, planned once and run per layer: each prefill chunk against its own slot's
+    cache prefix, the decoding rows together against a view of the slot range they occupy."""
+
+    def __init__(self, model: LlamaDecoder) -> None:
+        self.model = model
+        self.chunks: list[tuple[int, int, int, int, torch.Tensor]] = []  # (offset, n, slot, end, mask)
+        self.decode_offset = 0
+        self.rows: torch.Tensor | None = None  # decoding rows' index within the slot range
+        self.lo = self.hi = self.span = 0
+        self.decode_mask: torch.Tensor | None = None
+        self.ends: list[int] = []  # flat index of each completing chunk's last token
+
+    @classmethod
+    def plan(
+        cls, model: LlamaDecoder, prefills: Sequence[Prefill], slots: Sequence[int], positions: torch.Tensor
+    ) -> _Attention:
+        self = cls(model)
+        device, offset = model.device, 0
+        for p in prefills:
+            n, end = len(p.token_ids), p.start + len(p.token_ids)
+            query = torch.arange(p.start, end, device=device)[:, None]
+            keys = torch.arange(end, device=device)[None, :]
+            allowed = keys <= query
+            if model.window is not None:
+                allowed &= keys > query - model.window
+            # Query heads of one key/value head are folded into the query axis: g * n + i.
+            self.chunks.append((offset, n, p.slot, end, allowed.repeat(model.group, 1)))
+            if p.last:
+                self.ends.append(offset + n - 1)
+            offset += n
+        self.decode_offset = offset
+        if slots:
+            self.lo, self.hi = min(slots), max(slots) + 1
+            self.span = int(positions.max()) + 1
+            index = torch.as_tensor(slots, dtype=torch.long, device=device) - self.lo
+            keys = torch.arange(self.span, device=device)[None, :]
+            allowed = keys <= positions[:, None]
+            if model.window is not None:
+                allowed &= keys > positions[:, None] - model.window
+            # Rows of the range that do not decode this step (paused or prefilling) see key 0 only: their
+            # output is discarded, and a row with no key at all would be NaN.
+            mask = torch.zeros(self.hi - self.lo, self.span, dtype=torch.bool, device=device)
+            mask[:, 0] = True
+            mask[index] = allowed
+            self.rows, self.decode_mask = index, mask[:, None, None, :]
+        return self
+
+    def run(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q [T, heads, head_dim] for the step's flat tokens -> attention output [T, heads * head_dim]."""
+        m = self.model
+        kv, group, dim = m.kv_heads, m.group, m.head_dim
+        k_cache, v_cache = m.k_cache[layer], m.v_cache[layer]
+        parts = []
+        for offset, n, slot, end, mask in self.chunks:
+            grouped = (
+                q[offset : offset + n].view(n, kv, group, dim).permute(1, 2, 0, 3).reshape(1, kv, -1, dim)
+            )
+            out = F.scaled_dot_product_attention(
+                grouped, k_cache[slot : slot + 1, :, :end], v_cache[slot : slot + 1, :, :end], attn_mask=mask
+            )
+            parts.append(out.view(kv, group, n, dim).permute(2, 0, 1, 3).reshape(n, -1))
+        if self.rows is not None:
+            decoding = q[self.decode_offset :]
+            b = decoding.shape[0]
+            grouped = decoding.new_zeros(self.hi - self.lo, kv, group, dim)
+            grouped[self.rows] = decoding.view(b, kv, group, dim)
+            out = F.scaled_dot_product_attention(
+                grouped,
+                k_cache[self.lo : self.hi, :, : self.span],
+                v_cache[self.lo : self.hi, :, : self.span],
+                attn_mask=self.decode_mask,
+            )
+            parts.append(out[self.rows].reshape(b, -1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def last_rows(self, decoding: int) -> torch.Tensor:
+        """Flat indices whose logits the step returns: completing chunks' last tokens, then decode rows."""
+        rows = self.ends + list(range(self.decode_offset, self.decode_offset + decoding))
+        return torch.tensor(rows, dtype=torch.long, device=self.model.device)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def _rope(config: Any) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies and attention scaling, as the model's own rotary embedding computes them."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    kind = parameters.get("rope_type", "default")
+    if kind != "default":
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        inv_freq, scale = ROPE_INIT_FUNCTIONS[kind](config, torch.device("cpu"))
+        return inv_freq.float(), float(scale)
+    theta = float(parameters.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+    dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+
+
+def _layer(weights: dict[str, torch.Tensor], prefix: str) -> _Layer:
+    def bias(name: str) -> torch.Tensor | None:
+        return weights.get(f"{prefix}{name}.bias")
+
+    def fused(names: tuple[str, ...], suffix: str) -> torch.Tensor | None:
+        parts = [weights.get(f"{prefix}{name}.{suffix}") for name in names]
+        if any(p is None for p in parts):
+            return None
+        return torch.cat([p for p in parts if p is not None]).contiguous()
+
+    attn, mlp = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj")
+    qkv, gate_up = fused(attn, "weight"), fused(mlp, "weight")
+    if qkv is None or gate_up is None:
+        raise ValueError(f"the checkpoint lacks the attention or MLP weights of {prefix.rstrip('.')}")
+    return _Layer(
+        attn_norm=weights[f"{prefix}input_layernorm.weight"],
+        qkv=qkv,
+        qkv_bias=fused(attn, "bias"),
+        out=weights[f"{prefix}self_attn.o_proj.weight"],
+        out_bias=bias("self_attn.o_proj"),
+        mlp_norm=weights[f"{prefix}post_attention_layernorm.weight"],
+        gate_up=gate_up,
+        gate_up_bias=fused(mlp, "bias"),
+        down=weights[f"{prefix}mlp.down_proj.weight"],
+        down_bias=bias("mlp.down_proj"),
+    )
+
+
+def _weight_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / shard for shard in shards]
+    single = path / "model.safetensors"
+    return [single] if single.is_file() else []
+
+
+def _load(path: Path, *, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    weights: dict[str, torch.Tensor] = {}
+    for file in _weight_files(path):
+        for name, tensor in load_file(file).items():
+            weights[name] = tensor.to(device=device, dtype=dtype)
+    return weights
