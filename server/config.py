@@ -73,7 +73,7 @@ class Settings:
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens.
     prefill_chunk_tokens: int = setting(
-        128, help="prompt tokens prefilled per step, beside the running streams", unit="tokens"
+        64, help="prompt tokens prefilled per step, beside the running streams", unit="tokens"
     )
     default_max_tokens: int = setting(128, help="max_tokens of a request that sets none", unit="tokens")
     max_stop_sequences: int = setting(4, help="stop sequences a request may give", unit="sequences")
