@@ -89,9 +89,25 @@ def step_ms(batch: int, *, context_length: int, steps: int = 30) -> float:
 
 
 # -- through Sluice -----------------------------------------------------------------------------------
-async def stream(stub: pb_grpc.InferenceServiceStub, seed: int, tokens: int, run: Run) -> None:
+@dataclass(frozen=True)
+class Load:
+    """What each stream asks for: a model, a prompt and sampling (seeded per stream)."""
+
+    model: str = MODEL
+    prompt: str = PROMPT
+    temperature: float = 1.0
+    ignore_eos: bool = False
+
+
+async def stream(
+    stub: pb_grpc.InferenceServiceStub, seed: int, tokens: int, run: Run, load: Load = Load()
+) -> None:
     request = pb.GenerateRequest(
-        model=MODEL, text=PROMPT, sampling=pb.SamplingParams(max_tokens=tokens, seed=seed, temperature=1.0)
+        model=load.model,
+        text=load.prompt,
+        sampling=pb.SamplingParams(
+            max_tokens=tokens, seed=seed, temperature=load.temperature, ignore_eos=load.ignore_eos
+        ),
     )
     started = last = time.perf_counter()
     first = True
@@ -112,16 +128,18 @@ async def stream(stub: pb_grpc.InferenceServiceStub, seed: int, tokens: int, run
         run.tokens += count
 
 
-async def concurrent(target: str, streams: int, tokens: int, *, sequential: bool = False) -> Run:
+async def concurrent(
+    target: str, streams: int, tokens: int, *, sequential: bool = False, load: Load = Load()
+) -> Run:
     run = Run(tokens=0, wall_s=0.0)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceServiceStub(channel)
         started = time.perf_counter()
         if sequential:
             for i in range(streams):
-                await stream(stub, i, tokens, run)
+                await stream(stub, i, tokens, run, load)
         else:
-            await asyncio.gather(*(stream(stub, i, tokens, run) for i in range(streams)))
+            await asyncio.gather(*(stream(stub, i, tokens, run, load) for i in range(streams)))
         run.wall_s = time.perf_counter() - started
     return run
 

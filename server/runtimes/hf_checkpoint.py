@@ -3,6 +3,7 @@ config, the tokenizer (encoding, chat template, each token's bytes, end of seque
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,20 +91,30 @@ def _token_bytes_table(tokenizer: Any, vocab_size: int) -> list[bytes]:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     byte_decoder = {c: b for b, c in bytes_to_unicode().items()}  # type: ignore[no-untyped-call]
+    byte_level = _is_byte_level(tokenizer)
     special = set(tokenizer.all_special_ids)
     table = []
     for token_id, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(vocab_size)))):
         if piece is None or token_id in special:
             table.append(b"")
-        elif (
-            piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6
-        ):  # sentencepiece byte fallback
+        elif byte_level:  # GPT-2, Llama 3, Qwen2: every byte is mapped to a printable character
+            table.append(bytes(byte_decoder[ch] for ch in piece if ch in byte_decoder))
+        elif piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:  # byte fallback
             table.append(bytes((int(piece[3:5], 16),)))
-        elif all(ch in byte_decoder for ch in piece):  # byte-level BPE (GPT-2 family)
-            table.append(bytes(byte_decoder[ch] for ch in piece))
-        else:
+        else:  # SentencePiece: pieces are text, with U+2581 for a space
             table.append(piece.replace("\u2581", " ").encode("utf-8"))
     return table
+
+
+def _is_byte_level(tokenizer: Any) -> bool:
+    """Decided once per tokenizer, from its decoder: a piece's characters alone cannot tell (é is both a
+    SentencePiece character and GPT-2's stand-in for byte 0xE9)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        decoder = json.loads(backend.to_str()).get("decoder") or {}
+        kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders") or ()}
+        return "ByteLevel" in kinds
+    return hasattr(tokenizer, "byte_decoder")  # a slow GPT-2-style tokenizer
 
 
 def _strips_leading_space(tokenizer: Any, table: list[bytes]) -> bool:

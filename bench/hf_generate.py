@@ -1,0 +1,263 @@
+"""Hugging Face Generate: a seeded Llama built here from a config (save_pretrained, no download) and served
+with --hf-models, against the raw HF batched decode loop in-process (same weights, HF's own KV cache, greedy):
+aggregate tokens/s at 1, 8 and 32 streams that all generate the same number of tokens (ignore_eos), TTFT and
+inter-token latency, and the running streams' inter-token p99 while 2,000-token prompts join, against the
+raw decode step. Medians of repeats with their range. `--profile` adds where one batch-32 decode step's
+time goes, on the generic transformers path and on the native decoder.
+
+    .venv/bin/python -m bench.hf_generate [--quick] [--torch-threads N] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import torch
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
+from bench.generate import CONCURRENCY, PROMPT, Load, Run, concurrent, percentile, spread
+from bench.stack import running
+
+MODEL = "llama"
+# One batch-32 decode step takes 10-30 ms in the raw loop on the 2-core sessions' CPUs.
+CONFIG: dict[str, Any] = {
+    "vocab_size": 8192,
+    "hidden_size": 384,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+}
+LONG_PROMPT = 2000
+CONTEXT = 2304
+
+
+def build(directory: Path) -> Path:
+    import transformers
+
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval().save_pretrained(directory)
+    return directory
+
+
+def load(directory: Path) -> Any:
+    import transformers
+
+    return transformers.LlamaForCausalLM.from_pretrained(directory).eval()
+
+
+# -- the limit: HF's own batched decode loop ------------------------------------------------------------
+def raw_decode(model: Any, batch: int, tokens: int) -> Run:
+    """Prefill `batch` copies of the prompt in one pass, then `tokens - 1` batched greedy decode steps."""
+    ids = torch.tensor([list(PROMPT.encode())] * batch)
+    with torch.inference_mode():
+        started = time.perf_counter()
+        out = model(input_ids=ids, use_cache=True)
+        cache, next_tokens = out.past_key_values, out.logits[:, -1].argmax(dim=-1)
+        for _ in range(tokens - 1):
+            out = model(input_ids=next_tokens[:, None], past_key_values=cache, use_cache=True)
+            next_tokens = out.logits[:, -1].argmax(dim=-1)
+        next_tokens.tolist()
+        wall = time.perf_counter() - started
+    return Run(tokens=batch * tokens, wall_s=wall)
+
+
+def raw_step_ms(model: Any, batch: int, position: int = 200, steps: int = 20) -> float:
+    """Median milliseconds of one raw batched decode step at about `position`."""
+    with torch.inference_mode():
+        out = model(input_ids=torch.randint(0, 256, (batch, position)), use_cache=True)
+        cache, token = out.past_key_values, out.logits[:, -1:].argmax(dim=-1)
+        times = []
+        for _ in range(steps):
+            started = time.perf_counter()
+            token = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+# -- long prompts joining running streams -----------------------------------------------------------------
+async def joining(target: str, streams: int, prompts: int) -> tuple[list[float], list[float]]:
+    """`streams` run; once all have a first token, `prompts` 2,000-token prompts join. Returns the running
+    streams' inter-token gaps from the first join until the last joiner's first token, and the joiners'
+    TTFTs (seconds)."""
+    gaps: list[tuple[float, float]] = []  # (arrival, gap)
+    started_all = asyncio.Event()
+    first_tokens = 0
+    window: list[float] = []
+
+    async def run(stub: pb_grpc.InferenceServiceStub, seed: int) -> None:
+        nonlocal first_tokens
+        sampling = pb.SamplingParams(max_tokens=CONTEXT - 64, seed=seed, temperature=0.0, ignore_eos=True)
+        call = stub.Generate(pb.GenerateRequest(model=MODEL, text=PROMPT, sampling=sampling), timeout=300)
+        last = None
+        async for message in call:
+            now = time.perf_counter()
+            if not message.token_ids:
+                continue
+            if last is None:
+                first_tokens += 1
+                if first_tokens == streams:
+                    started_all.set()
+            else:
+                gaps.append((now, now - last))
+            last = now
+            if len(window) == 2 and now > window[1]:
+                call.cancel()
+                return
+
+    async def join(stub: pb_grpc.InferenceServiceStub, seed: int) -> float:
+        sampling = pb.SamplingParams(max_tokens=4, seed=seed, temperature=0.0, ignore_eos=True)
+        request = pb.GenerateRequest(model=MODEL, text="y" * LONG_PROMPT, sampling=sampling)
+        sent = time.perf_counter()
+        async for message in stub.Generate(request, timeout=300):
+            if message.token_ids:
+                return time.perf_counter() - sent
+        return float("nan")
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.InferenceServiceStub(channel)
+        runners = [asyncio.create_task(run(stub, i)) for i in range(streams)]
+        await started_all.wait()
+        window.append(time.perf_counter())
+        ttfts = await asyncio.gather(*(join(stub, 1000 + i) for i in range(prompts)))
+        window.append(time.perf_counter())
+        await asyncio.gather(*runners, return_exceptions=True)
+    return [gap for at, gap in gaps if window[0] <= at <= window[1]], list(ttfts)
+
+
+# -- where a decode step's time goes -----------------------------------------------------------------------
+def profile_steps(directory: Path, batch: int = 32, position: int = 200) -> None:
+    from torch.profiler import profile
+
+    from server.runtimes.hf_causal import HfCausalLm
+    from server.runtimes.hf_checkpoint import HfCheckpoint
+    from server.runtimes.hf_native import LlamaFamilyLm
+
+    checkpoint = HfCheckpoint(directory, context_length=1024)
+    cpu = torch.device("cpu")
+    for engine in (HfCausalLm, LlamaFamilyLm):
+        model = engine(checkpoint, name=MODEL, max_sequences=batch, device=cpu, dtype=torch.float32)
+        model.allocate_cache(batch, 1024)
+        with torch.inference_mode():
+            model.prefill_many([(slot, [5] * position) for slot in range(batch)])
+            tokens, positions = torch.full((batch,), 7), torch.full((batch,), position)
+            model.decode(list(range(batch)), tokens, positions)
+            with profile() as prof:
+                started = time.perf_counter()
+                for _ in range(5):
+                    model.decode(list(range(batch)), tokens, positions)
+                elapsed = (time.perf_counter() - started) / 5
+        total = sum(e.self_cpu_time_total for e in prof.key_averages())
+        top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:6]
+        shares = ", ".join(f"{e.key} {100 * e.self_cpu_time_total / total:.0f}%" for e in top)
+        print(f"  {engine.__name__:>13}: {1000 * elapsed:.1f} ms per batch-{batch} step; {shares}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one repeat, shorter streams")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
+    parser.add_argument("--torch-threads", type=int, default=2, help="intra-op threads, server and raw loop")
+    parser.add_argument("--profile", action="store_true", help="profile one decode step of each engine")
+    parser.add_argument("--prefill-chunk-tokens", type=int, help="the server's, if not its default")
+    args = parser.parse_args()
+    repeats, tokens = (1, 48) if args.quick else (args.repeats, args.tokens)
+    torch.set_num_threads(args.torch_threads)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-llama-") as scratch:
+        directory = build(Path(scratch))
+        model = load(directory)
+        params = sum(p.numel() for p in model.parameters()) / 1e6
+        print(
+            f"bench model: seeded Llama {params:.1f} M parameters ({CONFIG}), torch threads "
+            f"{args.torch_threads} (server and raw loop), {tokens} tokens per stream (ignore_eos, greedy) "
+            f"after a {len(PROMPT)}-token prompt, {repeats} repeat(s)"
+        )
+        for b in sorted({*CONCURRENCY, 24}):  # transformers' first pass at a new batch size is slow
+            raw_decode(model, b, 4)
+        steps = {b: raw_step_ms(model, b) for b in sorted({*CONCURRENCY, 24})}
+        for b, ms in steps.items():
+            print(f"  raw HF decode step at batch {b:>2}, position 200: {ms:.1f} ms (median of 20)")
+        if args.profile:
+            print("\none decode step, batch 32 at position 200 (torch.profiler, self CPU time by op)")
+            profile_steps(directory)
+        flags = ["--hf-models", f"{MODEL}={directory}", "--torch-threads", str(args.torch_threads)]
+        flags += ["--max-sequences", "32", "--max-queue", "64", "--context-length", str(CONTEXT)]
+        if args.prefill_chunk_tokens:
+            flags += ["--prefill-chunk-tokens", str(args.prefill_chunk_tokens)]
+        work = Load(model=MODEL, temperature=0.0, ignore_eos=True)
+        raw: dict[int, list[Run]] = {b: [] for b in CONCURRENCY}
+        sluice: dict[int, list[Run]] = {b: [] for b in CONCURRENCY}
+        join_p99: list[float] = []
+        join_ttft: list[float] = []
+        with running(*flags) as (server, _shim):
+            asyncio.run(concurrent(server.target, 4, 16, load=work))  # warm the paths
+            for _ in range(repeats):  # each raw run next to its Sluice run, so other load hits both alike
+                for b in CONCURRENCY:
+                    raw[b].append(raw_decode(model, b, tokens))
+                    sluice[b].append(asyncio.run(concurrent(server.target, b, tokens, load=work)))
+                gaps, ttfts = asyncio.run(joining(server.target, 24, 2))
+                join_p99.append(percentile(gaps, 99))
+                join_ttft.extend(ttfts)
+    report(raw, sluice, join_p99, join_ttft, steps[24])
+
+
+def report(
+    raw: dict[int, list[Run]],
+    sluice: dict[int, list[Run]],
+    join_p99: list[float],
+    join_ttft: list[float],
+    step_24: float,
+) -> None:
+    print("\naggregate tokens/s, median [min-max] of repeats")
+    print(f"{'streams':>7} {'raw HF loop':>20} {'sluice gRPC':>20} {'sluice/raw':>16}")
+    ratios = {}
+    for b in CONCURRENCY:
+        r = [x.tokens_per_s for x in raw[b]]
+        s = [x.tokens_per_s for x in sluice[b]]
+        vs = [a / c for a, c in zip(s, r, strict=True)]
+        ratios[b] = statistics.median(vs)
+        print(f"{b:>7} {spread(r):>20} {spread(s):>20} {spread(vs, digits=2):>16}")
+    print("\nlatency through Sluice, ms: median [min-max] of the repeats' percentiles")
+    print(f"{'streams':>7} {'TTFT p50':>16} {'TTFT p99':>16} {'ITL p50':>14} {'ITL p99':>14}")
+    for b in CONCURRENCY:
+        runs = sluice[b]
+        cells = [
+            spread([percentile(x.ttft, 50) for x in runs], 1000, 1),
+            spread([percentile(x.ttft, 99) for x in runs], 1000, 1),
+            spread([percentile(x.itl, 50) for x in runs], 1000, 1),
+            spread([percentile(x.itl, 99) for x in runs], 1000, 1),
+        ]
+        print(f"{b:>7} {cells[0]:>16} {cells[1]:>16} {cells[2]:>14} {cells[3]:>14}")
+    p99 = statistics.median(join_p99) * 1000
+    print(
+        f"\n24 running streams while 2 prompts of {LONG_PROMPT} tokens join: inter-token p99 "
+        f"{spread(join_p99, 1000, 1)} ms vs raw decode step at batch 24 {step_24:.1f} ms = "
+        f"{p99 / step_24:.2f}x; the joiners' TTFT {spread(join_ttft, 1000)} ms"
+    )
+    print("\ntargets:")
+    for b in (8, 32):
+        print(
+            f"  sluice >= 0.85 x raw HF loop at {b} streams: {ratios[b]:.2f} -> {_verdict(ratios[b] >= 0.85)}"
+        )
+    print(f"  inter-token p99 while long prompts join < 3x the step: {p99 / step_24:.2f}x -> "
+          f"{_verdict(p99 < 3 * step_24)}")  # fmt: skip
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+if __name__ == "__main__":
+    main()
