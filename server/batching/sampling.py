@@ -47,8 +47,8 @@ def sample(
         return torch.where(temperature <= 0, greedy, sampled)
     # Only the candidates any row can keep are ordered: the top max(k) where every sampled row has a top_k.
     width = int(top_k.max()) if bool((limited | (temperature <= 0)).all()) else vocab
-    sorted_logits, order = scaled.topk(min(width, vocab), dim=-1) if width < vocab else scaled.sort(
-        dim=-1, descending=True
+    sorted_logits, order = (
+        scaled.topk(min(width, vocab), dim=-1) if width < vocab else scaled.sort(dim=-1, descending=True)
     )
     ranks = torch.arange(sorted_logits.shape[-1], device=logits.device)[None, :]
     k = torch.where(limited, top_k, vocab)[:, None]

@@ -42,7 +42,7 @@ def configs() -> dict[str, Any]:
             initializer_range=0.3,
             eos_token_id=EOS,
             bos_token_id=257,
-        ),  # fmt: skip
+        ),
     }
 
 
