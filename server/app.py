@@ -224,7 +224,7 @@ class SluiceServer:
             model,
             worker,
             max_sequences=slots,
-            prefill_chunk_tokens=s.prefill_chunk_tokens,
+            prefill_chunk_tokens=s.prefill_chunk_tokens or (512 if model.device.type == "cuda" else 32),
             limits=RequestLimits(
                 context_length=context,
                 default_max_tokens=s.default_max_tokens,
