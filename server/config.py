@@ -72,7 +72,7 @@ class Settings:
     )
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two
-    # batch-24 decode steps of a 12 M-parameter Llama (bench.hf_generate); a GPU prefills hundreds in that time.
+    # batch-24 decode steps of a 12 M-parameter Llama (bench.hf_generate); a GPU prefills hundreds meanwhile.
     prefill_chunk_tokens: int | None = setting(
         None,
         help="prompt tokens prefilled per step, beside the running streams",

@@ -3,8 +3,7 @@
 It loads the checkpoint's safetensors itself, as TGI and vLLM do, and runs one flat batch per step: every
 prefill chunk's tokens and every decoding row's one token go through the projections and the MLP together
 (no padding), keys and values are written into the preallocated slot cache in place, and attention reads
-that cache as a view (`scaled_dot_product_attention`, grouped-query heads folded into the query axis, so
-no head is repeated and no cache is copied or concatenated per step).
+that cache as views (llama_attention.py): no cache is copied or concatenated per step.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from server.runtimes.base import Prefill
+from server.runtimes.llama_attention import Heads, StepAttention
 
 FAMILY = frozenset({"llama", "mistral", "qwen2"})
 
@@ -61,10 +61,9 @@ class LlamaDecoder:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
-        self.group = self.heads // self.kv_heads
         self.eps = float(config.rms_norm_eps)
         window = getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
-        self.window: int | None = int(window) if window else None
+        self.geometry = Heads(self.heads, self.kv_heads, self.head_dim, int(window) if window else None)
         weights = _load(path, dtype=dtype, device=device)
         prefix = "model." if "model.embed_tokens.weight" in weights else ""
         self.embed = weights[f"{prefix}embed_tokens.weight"]
@@ -116,7 +115,7 @@ class LlamaDecoder:
                 torch.as_tensor(slots, dtype=torch.long, device=device),
             ]
         )
-        attention = _Attention.plan(self, prefills, slots, positions)
+        attention = StepAttention.plan(self.geometry, device, prefills, slots, positions.tolist())
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
         x = self.embed[flat_ids]
         total = x.shape[0]
@@ -131,96 +130,15 @@ class LlamaDecoder:
             k = k * cos + _rotate_half(k) * sin
             self.k_cache[index, flat_slot, :, flat_pos] = k
             self.v_cache[index, flat_slot, :, flat_pos] = v
-            x = x + F.linear(attention.run(index, q), layer.out, layer.out_bias)
+            out = attention.run(q, self.k_cache[index], self.v_cache[index])
+            x = x + F.linear(out, layer.out, layer.out_bias)
             h = F.rms_norm(x, (x.shape[-1],), layer.mlp_norm, self.eps)
             gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
-        last = attention.last_rows(len(slots))
+        last = attention.last_rows()
         h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)
         logits: torch.Tensor = F.linear(h, self.lm_head)
         return logits
-
-
-class _Attention:
-    """The step's attention, planned once and run per layer: each prefill chunk against its own slot's
-    cache prefix, the decoding rows together against a view of the slot range they occupy."""
-
-    def __init__(self, model: LlamaDecoder) -> None:
-        self.model = model
-        self.chunks: list[tuple[int, int, int, int, torch.Tensor]] = []  # (offset, n, slot, end, mask)
-        self.decode_offset = 0
-        self.rows: torch.Tensor | None = None  # decoding rows' index within the slot range
-        self.lo = self.hi = self.span = 0
-        self.decode_mask: torch.Tensor | None = None
-        self.ends: list[int] = []  # flat index of each completing chunk's last token
-
-    @classmethod
-    def plan(
-        cls, model: LlamaDecoder, prefills: Sequence[Prefill], slots: Sequence[int], positions: torch.Tensor
-    ) -> _Attention:
-        self = cls(model)
-        device, offset = model.device, 0
-        for p in prefills:
-            n, end = len(p.token_ids), p.start + len(p.token_ids)
-            query = torch.arange(p.start, end, device=device)[:, None]
-            keys = torch.arange(end, device=device)[None, :]
-            allowed = keys <= query
-            if model.window is not None:
-                allowed &= keys > query - model.window
-            # Query heads of one key/value head are folded into the query axis: g * n + i.
-            self.chunks.append((offset, n, p.slot, end, allowed.repeat(model.group, 1)))
-            if p.last:
-                self.ends.append(offset + n - 1)
-            offset += n
-        self.decode_offset = offset
-        if slots:
-            self.lo, self.hi = min(slots), max(slots) + 1
-            self.span = int(positions.max()) + 1
-            index = torch.as_tensor(slots, dtype=torch.long, device=device) - self.lo
-            keys = torch.arange(self.span, device=device)[None, :]
-            allowed = keys <= positions[:, None]
-            if model.window is not None:
-                allowed &= keys > positions[:, None] - model.window
-            # Rows of the range that do not decode this step (paused or prefilling) see key 0 only: their
-            # output is discarded, and a row with no key at all would be NaN.
-            mask = torch.zeros(self.hi - self.lo, self.span, dtype=torch.bool, device=device)
-            mask[:, 0] = True
-            mask[index] = allowed
-            self.rows, self.decode_mask = index, mask[:, None, None, :]
-        return self
-
-    def run(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """q [T, heads, head_dim] for the step's flat tokens -> attention output [T, heads * head_dim]."""
-        m = self.model
-        kv, group, dim = m.kv_heads, m.group, m.head_dim
-        k_cache, v_cache = m.k_cache[layer], m.v_cache[layer]
-        parts = []
-        for offset, n, slot, end, mask in self.chunks:
-            grouped = (
-                q[offset : offset + n].view(n, kv, group, dim).permute(1, 2, 0, 3).reshape(1, kv, -1, dim)
-            )
-            out = F.scaled_dot_product_attention(
-                grouped, k_cache[slot : slot + 1, :, :end], v_cache[slot : slot + 1, :, :end], attn_mask=mask
-            )
-            parts.append(out.view(kv, group, n, dim).permute(2, 0, 1, 3).reshape(n, -1))
-        if self.rows is not None:
-            decoding = q[self.decode_offset :]
-            b = decoding.shape[0]
-            grouped = decoding.new_zeros(self.hi - self.lo, kv, group, dim)
-            grouped[self.rows] = decoding.view(b, kv, group, dim)
-            out = F.scaled_dot_product_attention(
-                grouped,
-                k_cache[self.lo : self.hi, :, : self.span],
-                v_cache[self.lo : self.hi, :, : self.span],
-                attn_mask=self.decode_mask,
-            )
-            parts.append(out[self.rows].reshape(b, -1))
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def last_rows(self, decoding: int) -> torch.Tensor:
-        """Flat indices whose logits the step returns: completing chunks' last tokens, then decode rows."""
-        rows = self.ends + list(range(self.decode_offset, self.decode_offset + decoding))
-        return torch.tensor(rows, dtype=torch.long, device=self.model.device)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
