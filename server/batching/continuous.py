@@ -46,8 +46,6 @@ from server.runtimes.base import GenerativeModel
 
 log = logging.getLogger(__name__)
 
-IDLE_PREFILL_CHUNKS = 16
-
 
 class ContinuousScheduler:
     def __init__(
@@ -70,7 +68,7 @@ class ContinuousScheduler:
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s
         # None: whole prompts (a runtime that cannot prefill from mid-prompt), as many as slots allow.
-        self.prefill_budget = prefill_chunk_tokens if model.chunked_prefill else None
+        self.prefill_chunk = prefill_chunk_tokens if model.chunked_prefill else None
         self.joining: deque[GenSequence] = deque()
         self.active: list[GenSequence] = []
         self.steps_started = 0
@@ -145,7 +143,9 @@ class ContinuousScheduler:
             self._retire()
             runnable = self._runnable(now)
             prefilling = (s for s in self.active if s.prefilled < len(s.prompt))
-            work = plan_prefill(prefilling, self.joining, self.pool, self._budget(runnable))
+            work = plan_prefill(
+                prefilling, self.joining, self.pool, self.prefill_chunk, decoding=bool(runnable)
+            )
             self._publish_gauges(len(runnable))
             if not runnable and not work.chunks:
                 timeout = self._next_timer(now)
@@ -155,13 +155,6 @@ class ContinuousScheduler:
                         await self._wake.wait()
                 continue
             await self._step(work, runnable)
-
-    def _budget(self, runnable: list[GenSequence]) -> int | None:
-        """The step's prompt tokens: the chunk budget while streams decode beside it; with none to delay, a
-        burst of joiners goes in together (up to IDLE_PREFILL_CHUNKS budgets) rather than a chunk a step."""
-        if self.prefill_budget is None or runnable:
-            return self.prefill_budget
-        return self.prefill_budget * IDLE_PREFILL_CHUNKS
 
     def _runnable(self, now: float) -> list[GenSequence]:
         runnable = []

@@ -12,6 +12,9 @@ from server.batching.sequence import GenSequence
 from server.batching.slots import SlotPool
 from server.runtimes.base import Prefill
 
+# A step's prompt tokens in all, in chunks: a burst of short prompts joins in one step up to this.
+STEP_CHUNKS = 16
+
 
 @dataclass(slots=True)
 class PrefillWork:
@@ -29,7 +32,7 @@ class PrefillWork:
     def add(self, seq: GenSequence, n: int) -> None:
         start = seq.prefilled
         end = start + n
-        assert seq.slot is not None
+        assert seq.slot is not None and 0 < n and end <= len(seq.prompt)
         self.prefills.append(Prefill(seq.slot, seq.prompt[start:end], start, end == len(seq.prompt)))
         self.chunks.append((seq, n))
 
@@ -42,25 +45,53 @@ class PrefillWork:
 
 
 def plan_prefill(
-    prefilling: Iterable[GenSequence], joining: deque[GenSequence], pool: SlotPool, budget: int | None
+    prefilling: Iterable[GenSequence],
+    joining: deque[GenSequence],
+    pool: SlotPool,
+    chunk: int | None,
+    *,
+    decoding: bool,
 ) -> PrefillWork:
-    """`budget` None: whole prompts, every joiner a slot allows (a runtime that cannot prefill mid-prompt).
-    Otherwise prompts in arrival order take up to `budget` tokens in all; a prompt that does not fit is
-    split, and its rest goes first next step."""
+    """The step's prompt tokens, in arrival order. `chunk` None: whole prompts, every joiner a slot allows
+    (a runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
+    decode, a prompt longer than `chunk` goes in `chunk` tokens per step, one such prompt at a time, and
+    shorter prompts join whole; a step never takes more than STEP_CHUNKS chunks of prompt tokens in all
+    (with nothing decoding, that whole budget may go to one long prompt)."""
     work = PrefillWork()
-    left = budget
+    if chunk is None:
+        while joining and (slot := pool.acquire()) is not None:
+            _join(work, joining, pool, slot, None)
+        return work
+    left = chunk * STEP_CHUNKS
+    per_long = chunk if decoding else left
+    long_ones = 1 if decoding else len(joining) + 1
     for seq in prefilling:
-        if left is not None and left <= 0:
+        if left <= 0 or not long_ones:
             return work
-        n = len(seq.prompt) - seq.prefilled if left is None else min(left, len(seq.prompt) - seq.prefilled)
+        n = min(per_long, left, len(seq.prompt) - seq.prefilled)
         work.add(seq, n)
-        left = None if left is None else left - n
-    while joining and (left is None or left > 0) and (slot := pool.acquire()) is not None:
-        seq = joining.popleft()
-        seq.slot = slot
-        pool.set_tokens(slot, len(seq.prompt))
-        work.joined.append(seq)
-        n = len(seq.prompt) if left is None else min(left, len(seq.prompt))
-        work.add(seq, n)
-        left = None if left is None else left - n
+        left, long_ones = left - n, long_ones - 1
+    while joining and left > 0:
+        size = len(joining[0].prompt)
+        if size <= chunk:
+            if size > left:
+                break
+            n = size
+        elif long_ones:
+            n, long_ones = min(per_long, left, size), long_ones - 1
+        else:
+            break  # a long prompt waits for the one going in; those behind it keep their turn
+        slot = pool.acquire()
+        if slot is None:
+            break
+        _join(work, joining, pool, slot, n)
+        left -= n
     return work
+
+
+def _join(work: PrefillWork, joining: deque[GenSequence], pool: SlotPool, slot: int, n: int | None) -> None:
+    seq = joining.popleft()
+    seq.slot = slot
+    pool.set_tokens(slot, len(seq.prompt))
+    work.joined.append(seq)
+    work.add(seq, len(seq.prompt) if n is None else n)
