@@ -32,7 +32,7 @@ class PrefillWork:
     def add(self, seq: GenSequence, n: int) -> None:
         start = seq.prefilled
         end = start + n
-        assert seq.slot is not None and 0 < n and end <= len(seq.prompt)
+        assert seq.slot is not None and n > 0 and end <= len(seq.prompt)
         self.prefills.append(Prefill(seq.slot, seq.prompt[start:end], start, end == len(seq.prompt)))
         self.chunks.append((seq, n))
 

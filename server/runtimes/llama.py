@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 
 from server.runtimes.base import Prefill
 from server.runtimes.llama_attention import Heads, StepAttention
+from server.runtimes.llama_graph import compiled
 
 FAMILY = frozenset({"llama", "mistral", "qwen2"})
 
@@ -39,20 +39,6 @@ def unsupported(config: Any, path: Path) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Layer:
-    attn_norm: torch.Tensor
-    qkv: torch.Tensor  # q, k and v projections fused: one matmul
-    qkv_bias: torch.Tensor | None
-    out: torch.Tensor
-    out_bias: torch.Tensor | None
-    mlp_norm: torch.Tensor
-    gate_up: torch.Tensor  # gate and up projections fused
-    gate_up_bias: torch.Tensor | None
-    down: torch.Tensor
-    down_bias: torch.Tensor | None
-
-
 class LlamaDecoder:
     """Weights, rotary tables and the KV cache [layers, slots, kv_heads, context, head_dim] of one model."""
 
@@ -69,7 +55,8 @@ class LlamaDecoder:
         self.embed = weights[f"{prefix}embed_tokens.weight"]
         self.norm = weights[f"{prefix}norm.weight"]
         self.lm_head = weights.get("lm_head.weight", self.embed)  # absent where embeddings are tied
-        self.layers = [_layer(weights, f"{prefix}layers.{i}.") for i in range(int(config.num_hidden_layers))]
+        # Per layer, in llama_graph.LAYER_WEIGHTS order: one list the scripted stack walks.
+        self.weights = [_layer(weights, f"{prefix}layers.{i}.") for i in range(int(config.num_hidden_layers))]
         self._inv_freq, self._rope_scale = _rope(config)
         self.k_cache = torch.empty(0, device=device)
         self.v_cache = torch.empty(0, device=device)
@@ -78,10 +65,10 @@ class LlamaDecoder:
     def slot_bytes(self, context_length: int) -> int:
         """KV-cache bytes one slot of `context_length` tokens takes."""
         size = torch.empty(0, dtype=self.dtype).element_size()
-        return 2 * len(self.layers) * self.kv_heads * context_length * self.head_dim * size
+        return 2 * len(self.weights) * self.kv_heads * context_length * self.head_dim * size
 
     def allocate(self, slots: int, context_length: int) -> int:
-        dims = (len(self.layers), slots, self.kv_heads, context_length, self.head_dim)
+        dims = (len(self.weights), slots, self.kv_heads, context_length, self.head_dim)
         self.k_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
         positions = torch.arange(context_length, device=self.device, dtype=torch.float32)
@@ -117,24 +104,10 @@ class LlamaDecoder:
         )
         attention = StepAttention.plan(self.geometry, device, prefills, slots, positions.tolist())
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
-        x = self.embed[flat_ids]
-        total = x.shape[0]
-        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        for index, layer in enumerate(self.layers):
-            h = F.rms_norm(x, (x.shape[-1],), layer.attn_norm, self.eps)
-            qkv = F.linear(h, layer.qkv, layer.qkv_bias)
-            q = qkv[:, :q_width].view(total, self.heads, self.head_dim)
-            k = qkv[:, q_width : q_width + kv_width].view(total, self.kv_heads, self.head_dim)
-            v = qkv[:, q_width + kv_width :].view(total, self.kv_heads, self.head_dim)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            self.k_cache[index, flat_slot, :, flat_pos] = k
-            self.v_cache[index, flat_slot, :, flat_pos] = v
-            out = attention.run(q, self.k_cache[index], self.v_cache[index])
-            x = x + F.linear(out, layer.out, layer.out_bias)
-            h = F.rms_norm(x, (x.shape[-1],), layer.mlp_norm, self.eps)
-            gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        x = compiled()(
+            self.embed[flat_ids], cos, sin, flat_slot, flat_pos, self.k_cache, self.v_cache, self.weights,
+            self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(),
+        )  # fmt: skip
         last = attention.last_rows()
         h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)
         logits: torch.Tensor = F.linear(h, self.lm_head)
@@ -160,10 +133,7 @@ def _rope(config: Any) -> tuple[torch.Tensor, float]:
     return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
 
 
-def _layer(weights: dict[str, torch.Tensor], prefix: str) -> _Layer:
-    def bias(name: str) -> torch.Tensor | None:
-        return weights.get(f"{prefix}{name}.bias")
-
+def _layer(weights: dict[str, torch.Tensor], prefix: str) -> list[torch.Tensor]:
     def fused(names: tuple[str, ...], suffix: str) -> torch.Tensor | None:
         parts = [weights.get(f"{prefix}{name}.{suffix}") for name in names]
         if any(p is None for p in parts):
@@ -172,20 +142,25 @@ def _layer(weights: dict[str, torch.Tensor], prefix: str) -> _Layer:
 
     attn, mlp = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj")
     qkv, gate_up = fused(attn, "weight"), fused(mlp, "weight")
-    if qkv is None or gate_up is None:
+    out, down = weights.get(f"{prefix}self_attn.o_proj.weight"), weights.get(f"{prefix}mlp.down_proj.weight")
+    if qkv is None or gate_up is None or out is None or down is None:
         raise ValueError(f"the checkpoint lacks the attention or MLP weights of {prefix.rstrip('.')}")
-    return _Layer(
-        attn_norm=weights[f"{prefix}input_layernorm.weight"],
-        qkv=qkv,
-        qkv_bias=fused(attn, "bias"),
-        out=weights[f"{prefix}self_attn.o_proj.weight"],
-        out_bias=bias("self_attn.o_proj"),
-        mlp_norm=weights[f"{prefix}post_attention_layernorm.weight"],
-        gate_up=gate_up,
-        gate_up_bias=fused(mlp, "bias"),
-        down=weights[f"{prefix}mlp.down_proj.weight"],
-        down_bias=bias("mlp.down_proj"),
-    )
+
+    def bias(found: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
+        return found if found is not None else weight.new_zeros(weight.shape[0])
+
+    return [
+        weights[f"{prefix}input_layernorm.weight"],
+        qkv,
+        bias(fused(attn, "bias"), qkv),
+        out,
+        bias(weights.get(f"{prefix}self_attn.o_proj.bias"), out),
+        weights[f"{prefix}post_attention_layernorm.weight"],
+        gate_up,
+        bias(fused(mlp, "bias"), gate_up),
+        down,
+        bias(weights.get(f"{prefix}mlp.down_proj.bias"), down),
+    ]
 
 
 def _weight_files(path: Path) -> list[Path]:

@@ -1,4 +1,5 @@
-"""StepAttention: one step's attention over the slot cache, planned once per step and run per layer.
+"""StepAttention: one step's attention over the slot cache, planned once per step (run per layer by the
+scripted layer stack, llama_graph.py).
 
 Each prefill chunk attends its own slot's cache prefix (causal, offset by the chunk's start). Decoding
 rows attend in groups of similar length, each group over a view of the slot range it occupies, so one long
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from server.runtimes.base import Prefill
 
@@ -50,6 +51,7 @@ class _Rows:
     members: torch.Tensor  # these decoding rows (indices into the step's decode rows)
     rows: torch.Tensor  # ... and their index within the range
     mask: torch.Tensor  # [hi - lo, 1, 1, span]
+    direct: bool  # the group is every decoding row, the range exactly, in step order
 
 
 class StepAttention:
@@ -100,41 +102,16 @@ class StepAttention:
         mask[:, 0] = True
         mask[rows] = self._allowed(torch.tensor(positions, device=device), span)
         index = torch.tensor(members, dtype=torch.long, device=device)
-        return _Rows(lo, hi, span, index, rows, mask[:, None, None, :])
+        return _Rows(lo, hi, span, index, rows, mask[:, None, None, :], direct=False)
 
-    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        """q [T, heads, head_dim] of the step's flat tokens, one layer's cache [slots, kv_heads, context,
-        head_dim] -> attention output [T, heads * head_dim]."""
-        kv, group, dim = self.heads.kv_heads, self.heads.group, self.heads.head_dim
-        parts = []
-        for c in self.chunks:
-            grouped = q[c.offset : c.offset + c.n].view(c.n, kv, group, dim).permute(1, 2, 0, 3)
-            out = F.scaled_dot_product_attention(
-                grouped.reshape(1, kv, -1, dim),
-                k_cache[c.slot : c.slot + 1, :, : c.end],
-                v_cache[c.slot : c.slot + 1, :, : c.end],
-                attn_mask=c.mask,
-            )
-            parts.append(out.view(kv, group, c.n, dim).permute(2, 0, 1, 3).reshape(c.n, -1))
-        if self.groups:
-            decoding = q[self.decode_offset :].view(self.decoding, kv, group, dim)
-            out_rows = q.new_empty(self.decoding, kv * group * dim) if len(self.groups) > 1 else None
-            for g in self.groups:
-                grouped = decoding.new_zeros(g.hi - g.lo, kv, group, dim)
-                grouped[g.rows] = decoding[g.members]
-                out = F.scaled_dot_product_attention(
-                    grouped,
-                    k_cache[g.lo : g.hi, :, : g.span],
-                    v_cache[g.lo : g.hi, :, : g.span],
-                    attn_mask=g.mask,
-                )[g.rows].reshape(len(g.rows), -1)
-                if out_rows is None:
-                    out_rows = out  # one group: every row, in step order
-                else:
-                    out_rows[g.members] = out
-            assert out_rows is not None
-            parts.append(out_rows)
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+    def graph_args(self) -> tuple[Any, ...]:
+        """The plan as the scripted layer stack (llama_graph.py) takes it: plain lists of ints and tensors."""
+        chunks = [[c.offset, c.n, c.slot, c.end] for c in self.chunks]
+        groups = [[g.lo, g.hi, g.span, int(g.direct)] for g in self.groups]
+        return (
+            chunks, [c.mask for c in self.chunks], self.decode_offset, groups,
+            [g.members for g in self.groups], [g.rows for g in self.groups], [g.mask for g in self.groups],
+        )  # fmt: skip
 
     def last_rows(self) -> torch.Tensor:
         """Flat indices whose logits the step returns: completing chunks' last tokens, then decode rows."""
