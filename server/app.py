@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import sys
+from dataclasses import replace
 
 import grpc
 import torch
@@ -212,6 +213,9 @@ class SluiceServer:
         context = min(s.context_length, model.descriptor.limits.context_length or s.context_length)
         slots, why = kv_slots(model, s, context, self.breaker.probe.read())
         cache = await worker.run(model.allocate_cache, slots, context)
+        if slots != model.descriptor.limits.max_concurrent_sequences:  # the listing says what memory allowed
+            limits = replace(model.descriptor.limits, max_batch_size=slots, max_concurrent_sequences=slots)
+            model.descriptor = replace(model.descriptor, limits=limits)
         log.info(
             "KV cache for %s: %d slots x %d tokens = %.1f MiB (%s)",
             model.descriptor.name,

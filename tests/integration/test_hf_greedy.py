@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from clients import SluiceClient
+from clients.errors import InvalidArgumentError
 from tests.support.hf_models import greedy_reference, save
 from tests.support.processes import ServerProcess, start_server
 
@@ -97,3 +98,10 @@ def test_a_seeded_sampled_stream_is_the_same_whatever_runs_beside_it(
         thread.join(timeout=120)
     assert len(crowd) == 5
     assert beside == alone and len(alone) == 24
+
+
+def test_a_prompt_longer_than_the_context_is_refused_naming_the_field(server: ServerProcess) -> None:
+    with SluiceClient(server.target) as client, pytest.raises(InvalidArgumentError) as refused:
+        list(client.generate("llama", "z" * 300, max_tokens=4))
+    assert [f for f, _ in refused.value.field_violations] == ["text"]
+    assert "context_length is 256" in str(refused.value)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
-from server.capacity import plan_capacity
+from server.capacity import kv_slots, plan_capacity
 from server.config import Settings
 from server.memory import FakeProbe
 from server.runtimes.mlp import MlpModel
@@ -42,3 +43,20 @@ def test_weights_are_reported(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, 0.1, 2**30)
     params = 512 * 2048 + 2048 + 2 * (2048 * 2048 + 2048) + 2048 * 512 + 512
     assert plan.weights_bytes == params * 4
+
+
+def test_kv_slots_are_what_free_memory_holds_up_to_max_sequences() -> None:
+    from server.memory import MemoryReading
+    from server.runtimes.byte_lm import ByteLm
+
+    model = ByteLm(size="tiny", context_length=512, max_sequences=64, device=torch.device("cpu"))
+    per_slot = model.slot_bytes(512)  # 2 (k, v) x 2 layers x 4 heads x 512 x 16 x 4 bytes
+    assert per_slot == 2 * 2 * 4 * 512 * 16 * 4
+    roomy = MemoryReading(used_bytes=0, reserved_bytes=0, budget_bytes=1 << 40)
+    assert kv_slots(model, Settings(max_sequences=64), 512, roomy)[0] == 64
+    short = MemoryReading(used_bytes=2**20, reserved_bytes=0, budget_bytes=2**20 + 20 * per_slot)
+    slots, why = kv_slots(model, Settings(max_sequences=64, kv_cache_memory=0.5), 512, short)
+    assert slots == 10 and why.startswith("memory: 0.5 x free")
+    full = MemoryReading(used_bytes=2**20, reserved_bytes=0, budget_bytes=2**20)
+    with pytest.raises(ValueError, match="invalid setting context_length"):
+        kv_slots(model, Settings(), 512, full)
