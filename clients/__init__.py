@@ -1,7 +1,7 @@
 """Sluice client libraries."""
 
 from clients.aio import AsyncGenerationStream, AsyncSluiceClient
-from clients.channel import ChannelSettings
+from clients.channel import ChannelSettings, tls_credentials
 from clients.errors import (
     DeadlineExceededError,
     InternalError,
@@ -48,4 +48,5 @@ __all__ = [
     "TokenProbability",
     "UnavailableError",
     "Usage",
+    "tls_credentials",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from grpc import aio
@@ -22,6 +23,7 @@ __all__ = [
     "open_aio_channel",
     "open_channel",
     "service_config",
+    "tls_credentials",
 ]
 
 SERVICE_NAME = "sluice.inference.v1.InferenceService"
@@ -100,6 +102,20 @@ def channel_options(settings: ChannelSettings) -> list[ChannelOption]:
         ("grpc.enable_retries", 1),
         ("grpc.service_config", service_config(settings)),
     ]
+
+
+def tls_credentials(
+    ca: str | Path | None = None, *, cert: str | Path | None = None, key: str | Path | None = None
+) -> grpc.ChannelCredentials:
+    """TLS to the server: `ca` the PEM CA its certificate chains to (None: the system's roots); `cert` and
+    `key` this client's own certificate and key, where the server requires one (mTLS)."""
+    if (cert is None) != (key is None):
+        raise ValueError("cert and key go together")
+    return grpc.ssl_channel_credentials(
+        root_certificates=Path(ca).read_bytes() if ca is not None else None,
+        private_key=Path(key).read_bytes() if key is not None else None,
+        certificate_chain=Path(cert).read_bytes() if cert is not None else None,
+    )
 
 
 def open_channel(

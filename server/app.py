@@ -37,6 +37,7 @@ from server.reflection import enable_reflection
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.registry import build_models, resolve_device
 from server.servicer import InferenceServicer
+from server.tls import is_loopback, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,17 @@ class SluiceServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         address = f"{self.settings.host}:{self.settings.port}"
         _check_free(self.settings.host, self.settings.port)
+        tls = self.settings.tls
+        if tls is None and not is_loopback(self.settings.host):
+            log.warning(
+                "listening on %s without TLS: any peer that reaches it can call; give --tls-cert/--tls-key",
+                self.settings.host,
+            )
         try:
-            self.port = self.server.add_insecure_port(address)
+            if tls is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, server_credentials(tls))
         except RuntimeError as exc:  # grpc says "Failed to bind to address ..."
             raise ValueError(
                 f"invalid setting port: cannot listen on {address}; choose a free --port, or 0"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from process.flags import FlagParser, add_flags, setting, values_from
+from server.tls import TlsFiles
 
 DEFAULT_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2")
 
@@ -18,6 +20,13 @@ class Settings:
 
     host: str = setting("127.0.0.1", help="interface the gRPC port binds")
     port: int = setting(50051, help="gRPC port; 0 picks a free one")
+    tls_cert: str | None = setting(
+        None, help="PEM certificate (chain) of the gRPC port; TLS when set", shown="plaintext"
+    )
+    tls_key: str | None = setting(None, help="PEM private key of --tls-cert", shown="none")
+    tls_client_ca: str | None = setting(
+        None, help="PEM CA that clients' certificates must chain to (mTLS)", shown="no client certificates"
+    )
     metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
     metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
     models: tuple[str, ...] | None = setting(
@@ -101,6 +110,12 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
+        _check(
+            (self.tls_cert is None) == (self.tls_key is None),
+            "tls_cert",
+            "--tls-cert and --tls-key go together",
+        )
+        _check(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca", "needs --tls-cert")
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
         _check(self.models != (), "models", "name at least one model (or leave --models out)")
         _check(
@@ -166,6 +181,14 @@ class Settings:
         )
         _check(0.0 <= self.access_log <= 1.0, "access_log", "must be a fraction in [0, 1]")
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """--tls-cert/--tls-key/--tls-client-ca as files, or None for plaintext."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        ca = Path(self.tls_client_ca) if self.tls_client_ca else None
+        return TlsFiles(Path(self.tls_cert), Path(self.tls_key), ca)
 
     @property
     def hf_directories(self) -> dict[str, str]:

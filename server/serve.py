@@ -1,8 +1,8 @@
 """The server process: flags -> Settings -> checked models -> SluiceServer, until SIGTERM or SIGINT.
 
 Every configuration mistake (a mistyped flag, a bad value, an unknown model, a plugin that does not import, an
-unreadable --hf-models directory, a busy port) is one line on stderr naming the setting and its fix, exit 2,
-with nothing left listening.
+unreadable --hf-models directory or TLS file, a busy port) is one line on stderr naming the setting and its
+fix, exit 2, with nothing left listening.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ PROG = "sluice serve"
 def settings_from(argv: Sequence[str], prog: str = PROG) -> Settings:
     """Parsed, validated Settings with their models checked; raises FlagError or ValueError."""
     settings = from_namespace(parser(prog).parse_args(argv))
+    if settings.tls is not None:
+        settings.tls.check()
     check_models(settings)
     return settings
 
