@@ -16,7 +16,7 @@ LOAD_TIMEOUT_S = 900.0  # loading and warming large models can take minutes
 
 _SERVER_LISTENING = r"sluice server listening on \S+:(\d+) \(metrics http://\S+:(-?\d+)/metrics\)"
 _SERVER_READY = r"sluice server ready"
-_SHIM_LISTENING = r"sluice shim listening on (http://\S+:(\d+))"
+_SHIM_LISTENING = r"sluice shim listening on (https?://\S+:(\d+))"
 
 
 class ServerChild(Child):

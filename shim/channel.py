@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2_grpc
 from sluice.inference.v1 import inference_pb2_grpc
 from starlette.requests import HTTPConnection
 
-from clients.channel import ChannelSettings, open_aio_channel
+from clients.channel import ChannelSettings, open_aio_channel, tls_credentials
 from shim.config import ShimSettings
 
 
@@ -36,7 +36,12 @@ class Upstream:
 
 def open_upstream(settings: ShimSettings) -> Upstream:
     """Opens the channel; it connects lazily, so a down server fails calls, not start-up."""
-    channel = open_aio_channel(settings.upstream, channel_settings(settings), None)
+    credentials = None
+    if settings.upstream_ca is not None:
+        credentials = tls_credentials(
+            settings.upstream_ca, cert=settings.upstream_cert, key=settings.upstream_key
+        )
+    channel = open_aio_channel(settings.upstream, channel_settings(settings), credentials)
     return Upstream(
         channel=channel,
         inference=inference_pb2_grpc.InferenceServiceStub(channel),

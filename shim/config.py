@@ -18,6 +18,18 @@ class ShimSettings:
     """Everything the shim needs, decided once at start-up and passed down."""
 
     upstream: str = setting("127.0.0.1:50051", help="gRPC server target", unit="host:port")
+    upstream_ca: str | None = setting(
+        None, help="PEM CA the upstream server's certificate chains to; TLS to the upstream when set",
+        shown="plaintext",
+    )  # fmt: skip
+    upstream_cert: str | None = setting(
+        None, help="PEM client certificate for an mTLS upstream", shown="none"
+    )
+    upstream_key: str | None = setting(None, help="PEM private key of --upstream-cert", shown="none")
+    tls_cert: str | None = setting(
+        None, help="PEM certificate of the HTTP port; HTTPS when set", shown="HTTP"
+    )
+    tls_key: str | None = setting(None, help="PEM private key of --tls-cert", shown="none")
     host: str = setting("127.0.0.1", help="HTTP interface to bind")
     port: int = setting(8000, help="HTTP port; 0 picks a free one")
     workers: int = setting(
@@ -72,6 +84,12 @@ class ShimSettings:
     )
 
     def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if (self.upstream_cert is None) != (self.upstream_key is None):
+            raise ValueError("upstream_cert and upstream_key go together")
+        if self.upstream_cert is not None and self.upstream_ca is None:
+            raise ValueError("upstream_cert needs upstream_ca (a client certificate is only sent over TLS)")
         if not self.upstream.strip():
             raise ValueError("upstream must be a non-empty gRPC target such as 127.0.0.1:50051")
         if not self.host.strip():

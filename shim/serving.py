@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -77,13 +79,16 @@ def server_config(app: Any, settings: ShimSettings, *, max_connections: int) -> 
         # The protocol closes idle connections itself; uvicorn's own timer is a backstop.
         timeout_keep_alive=math.ceil(settings.idle_timeout_s),
         timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
     )
 
 
 def listening_line(settings: ShimSettings, port: int) -> str:
     """The line launchers and tests wait for."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    return f"sluice shim listening on http://{host}:{port} (upstream {settings.upstream})"
+    scheme = "https" if settings.tls_cert else "http"
+    return f"sluice shim listening on {scheme}://{host}:{port} (upstream {settings.upstream})"
 
 
 class AnnouncingServer(uvicorn.Server):
@@ -93,13 +98,51 @@ class AnnouncingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, *, on_started: Callable[[], None]) -> None:
         super().__init__(config)
         self._on_started = on_started
+        self._reloading: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         for sock in sockets or ():
             sock.listen(LISTEN_QUEUE)  # asyncio listened with the accept burst
         if self.started:
+            if self.config.ssl is not None and self.config.ssl_certfile and self.config.ssl_keyfile:
+                reload = CertReload(
+                    self.config.ssl, str(self.config.ssl_certfile), str(self.config.ssl_keyfile)
+                )
+                self._reloading = asyncio.get_running_loop().create_task(reload.run())
             self._on_started()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._reloading is not None:
+            self._reloading.cancel()
+        await super().shutdown(sockets)
+
+
+class CertReload:
+    """Reloads the HTTPS certificate into the live SSL context when its files change (checked every
+    second): new connections get the new certificate, open ones keep theirs, nothing restarts. A pair that
+    does not load (a half-written rotation) is skipped until it does."""
+
+    def __init__(self, context: ssl.SSLContext, cert: str, key: str) -> None:
+        self.context, self.cert, self.key = context, cert, key
+        self.stamp = self._stamp()
+
+    def _stamp(self) -> tuple[tuple[int, int], ...]:
+        stats = [os.stat(self.cert), os.stat(self.key)]
+        return tuple((s.st_mtime_ns, s.st_size) for s in stats)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                stamp = self._stamp()
+                if stamp == self.stamp:
+                    continue
+                self.context.load_cert_chain(self.cert, self.key)
+                logger.info("HTTPS certificate reloaded from %s", self.cert)
+            except (OSError, ssl.SSLError) as exc:
+                logger.warning("HTTPS certificate files changed but do not load (%s); keeping the old", exc)
+            self.stamp = stamp
 
 
 def serve(settings: ShimSettings, sock: socket.socket, *, on_started: Callable[[], None]) -> None:

@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,3 +157,41 @@ def test_rotating_the_certificate_under_load_fails_no_call(pki: Pki, tmp_path: P
         assert server.terminate() == 0
     assert not failures, failures[:3]
     assert new != old and new == ssl.PEM_cert_to_DER_cert(cert.read_text())
+
+
+def test_the_shim_calls_an_mtls_upstream_and_serves_https_with_rotation(pki: Pki, tmp_path: Path) -> None:
+    import httpx
+
+    from tests.support.processes import start_shim
+
+    tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--tls-client-ca", str(pki.ca)]
+    server = start_server("--models", "mlp", *tls)
+    cert, key = tmp_path / "shim-cert.pem", tmp_path / "shim-key.pem"
+    shutil.copy(pki.cert, cert)
+    shutil.copy(pki.key, key)
+    upstream = ["--upstream-ca", str(pki.ca), "--upstream-cert", str(pki.client_cert)]
+    upstream += ["--upstream-key", str(pki.client_key)]
+    shim = start_shim(server.target, *upstream, "--tls-cert", str(cert), "--tls-key", str(key))
+    body = {
+        "model": "mlp",
+        "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}],
+    }
+    try:
+        assert shim.url.startswith("https://")
+        with httpx.Client(base_url=shim.url, verify=ssl.create_default_context(cafile=str(pki.ca))) as http:
+            assert http.post("/v1/infer", json=body).status_code == 200
+            old = served_certificate(shim.port, pki.ca)
+            renewed = pki.authority.issue_cert("127.0.0.1", "localhost")  # type: ignore[attr-defined]
+            for target, pem in ((key, renewed.private_key_pem), (cert, renewed.cert_chain_pems[0])):
+                pem.write_to_path(target.with_suffix(".new"))
+                target.with_suffix(".new").replace(target)
+            wanted = ssl.PEM_cert_to_DER_cert(cert.read_text())
+            deadline = time.monotonic() + 15
+            while served_certificate(shim.port, pki.ca) != wanted:  # the shim checks its files each second
+                assert time.monotonic() < deadline, "the shim kept its old certificate"
+                threading.Event().wait(0.1)
+            assert wanted != old
+            assert http.post("/v1/infer", json=body).status_code == 200  # its open connection still works
+    finally:
+        shim.terminate()
+        assert server.terminate() == 0
