@@ -9,7 +9,7 @@
 // Errors print one JSON line {"error": {...}} on stderr and exit 1; usage errors exit 2.
 
 const { parseArgs } = require('node:util');
-const { createClient, SluiceError } = require('./index');
+const { createClient, tlsCredentials, SluiceError } = require('./index');
 
 const USAGE = `usage: node cli.js --target HOST:PORT <command>
   models                                   one line per loaded model
@@ -18,10 +18,14 @@ const USAGE = `usage: node cli.js --target HOST:PORT <command>
   generate MODEL PROMPT [--max-tokens N] [--seed S] [--temperature T] [--top-p P] [--top-k K] [--stop S]
                    [--min-tokens N] [--ignore-eos]
                                            one line per chunk; the last has finish_reason and usage
-common options: --timeout SECONDS, --priority low|normal|high, --request-id ID`;
+common options: --timeout SECONDS, --priority low|normal|high, --request-id ID,
+  --ca FILE (TLS), --cert FILE --key FILE (mTLS)`;
 
 const OPTIONS = {
   target: { type: 'string' },
+  ca: { type: 'string' },
+  cert: { type: 'string' },
+  key: { type: 'string' },
   timeout: { type: 'string' },
   priority: { type: 'string' },
   'request-id': { type: 'string' },
@@ -142,7 +146,12 @@ async function main(argv) {
   const [command, ...rest] = positionals;
   if (!values.target) throw new UsageError('--target HOST:PORT is required');
   const timeout = number(values, 'timeout');
-  const client = createClient(values.target, { timeoutMs: timeout === undefined ? 30_000 : timeout * 1000 });
+  const { ca, cert, key } = values;
+  const tls = ca || cert ? tlsCredentials({ ca, cert, key }) : undefined;
+  const client = createClient(values.target, {
+    timeoutMs: timeout === undefined ? 30_000 : timeout * 1000,
+    credentials: tls,
+  });
   const common = { priority: values.priority, requestId: values['request-id'] };
   try {
     if (command === 'models') (await client.listModels()).forEach((m) => print(modelLine(m)));

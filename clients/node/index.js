@@ -2,6 +2,7 @@
 // The Sluice Node.js client: createClient(target) -> { infer, generate, listModels, getModel, close }.
 // The proto is loaded at run time from the repository's protos/ folder, so there is no generated code.
 
+const fs = require('node:fs');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -113,6 +114,16 @@ function buildSampling(opts) {
 }
 
 /**
+ * TLS channel credentials: `ca` the PEM file the server's certificate chains to (omitted: the system's
+ * roots); `cert` and `key` this client's own certificate and key, for a server that requires one (mTLS).
+ */
+function tlsCredentials({ ca, cert, key } = {}) {
+  if ((cert === undefined) !== (key === undefined)) throw new TypeError('cert and key go together');
+  const read = (file) => (file === undefined ? null : fs.readFileSync(file));
+  return grpc.credentials.createSsl(read(ca), read(key), read(cert));
+}
+
+/**
  * Create a client for the server at `target` ("host:port").
  * Options: timeoutMs (default deadline of every call, 30000; null for none), credentials (grpc-js channel
  * credentials; insecure by default).
@@ -210,4 +221,4 @@ function createClient(target, { timeoutMs = 30_000, credentials } = {}) {
   };
 }
 
-module.exports = { createClient, SluiceError, SERVICE_CONFIG };
+module.exports = { createClient, tlsCredentials, SluiceError, SERVICE_CONFIG };

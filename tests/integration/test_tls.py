@@ -195,3 +195,24 @@ def test_the_shim_calls_an_mtls_upstream_and_serves_https_with_rotation(pki: Pki
     finally:
         shim.terminate()
         assert server.terminate() == 0
+
+
+def test_the_node_client_calls_an_mtls_server(pki: Pki) -> None:
+    from tests.integration.test_node_client import NODE_DIR
+
+    if shutil.which("node") is None or not (NODE_DIR / "node_modules").is_dir():
+        pytest.skip("node or clients/node/node_modules missing (scripts/setup.sh runs npm ci)")
+    tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--tls-client-ca", str(pki.ca)]
+    server = start_server("--models", "mlp", *tls)
+    try:
+        mutual = ["--ca", str(pki.ca), "--cert", str(pki.client_cert), "--key", str(pki.client_key)]
+        for flags, ok in ((mutual, True), (["--ca", str(pki.ca)], False)):
+            out = subprocess.run(
+                ["node", "cli.js", "--target", server.target, "--timeout", "5", *flags, "models"],
+                cwd=NODE_DIR, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert (out.returncode == 0) == ok, out.stderr
+            if ok:
+                assert '"mlp"' in out.stdout
+    finally:
+        assert server.terminate() == 0
