@@ -216,3 +216,13 @@ def test_the_node_client_calls_an_mtls_server(pki: Pki) -> None:
                 assert '"mlp"' in out.stdout
     finally:
         assert server.terminate() == 0
+
+
+def test_plaintext_on_a_non_loopback_interface_is_warned_about() -> None:
+    server = start_server("--models", "mlp", "--host", "0.0.0.0")
+    try:
+        assert server.stderr_path is not None
+        warned = "without TLS" in server.stderr_path.read_text()
+    finally:
+        assert server.terminate() == 0
+    assert warned
