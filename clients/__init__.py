@@ -7,9 +7,11 @@ from clients.errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     RequestCancelledError,
     ResourceExhaustedError,
     SluiceError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from clients.sync import GenerationStream, SluiceClient
@@ -38,6 +40,7 @@ __all__ = [
     "InvalidArgumentError",
     "ModelInfo",
     "NotFoundError",
+    "PermissionDeniedError",
     "RequestCancelledError",
     "ResourceExhaustedError",
     "SluiceClient",
@@ -46,6 +49,7 @@ __all__ = [
     "TensorSpec",
     "TokenLogprob",
     "TokenProbability",
+    "UnauthenticatedError",
     "UnavailableError",
     "Usage",
     "tls_credentials",

@@ -89,8 +89,11 @@ class AsyncSluiceClient:
         timeout: float | None = 30.0,
         settings: ChannelSettings | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self._timeout = check_timeout(timeout)
+        # A server started with --auth-keys wants it on every call (as `authorization: Bearer`).
+        self._metadata = (("authorization", f"Bearer {token}"),) if token is not None else None
         self._channel = open_aio_channel(target, settings or ChannelSettings(), credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
 
@@ -113,7 +116,9 @@ class AsyncSluiceClient:
             model, inputs, priority=priority, request_id=request_id, parameters=parameters
         )
         with typed_errors():
-            response = await self._stub.Infer(request, timeout=self._deadline(timeout))
+            response = await self._stub.Infer(
+                request, timeout=self._deadline(timeout), metadata=self._metadata
+            )
         return result_from_response(response)
 
     def generate(
@@ -150,19 +155,23 @@ class AsyncSluiceClient:
             ignore_eos=ignore_eos,
             logprobs=logprobs,
         )
-        return AsyncGenerationStream(self._stub.Generate(request, timeout=self._deadline(timeout)))
+        return AsyncGenerationStream(
+            self._stub.Generate(request, timeout=self._deadline(timeout), metadata=self._metadata)
+        )
 
     async def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:  # noqa: ASYNC109
         """Every model the server has loaded, sorted by name."""
         with typed_errors():
-            response = await self._stub.ListModels(pb.ListModelsRequest(), timeout=self._deadline(timeout))
+            response = await self._stub.ListModels(
+                pb.ListModelsRequest(), timeout=self._deadline(timeout), metadata=self._metadata
+            )
         return [model_info_from_proto(info) for info in response.models]
 
     async def get_model(self, name: str, *, timeout: float | None = None) -> ModelInfo:  # noqa: ASYNC109
         """The metadata of one model; raises NotFoundError for an unknown name."""
         with typed_errors():
             response = await self._stub.GetModel(
-                pb.GetModelRequest(name=name), timeout=self._deadline(timeout)
+                pb.GetModelRequest(name=name), timeout=self._deadline(timeout), metadata=self._metadata
             )
         return model_info_from_proto(response.model)
 

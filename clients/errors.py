@@ -5,6 +5,8 @@ Every failed call raises a `SluiceError` subclass chosen by the canonical status
 
     SluiceError                    any other code (UNIMPLEMENTED, FAILED_PRECONDITION, UNKNOWN, ...)
     ├── InvalidArgumentError       INVALID_ARGUMENT  (field_violations from google.rpc.BadRequest)
+    ├── UnauthenticatedError       UNAUTHENTICATED   (no token, or one the server does not know)
+    ├── PermissionDeniedError      PERMISSION_DENIED (the token's tenant may not call that model)
     ├── NotFoundError              NOT_FOUND
     ├── ResourceExhaustedError     RESOURCE_EXHAUSTED (retry_after from google.rpc.RetryInfo)
     ├── UnavailableError           UNAVAILABLE
@@ -29,10 +31,12 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
+    "PermissionDeniedError",
     "RequestCancelledError",
     "ResourceExhaustedError",
     "SluiceError",
     "StatusDetails",
+    "UnauthenticatedError",
     "UnavailableError",
     "decode_status_details",
     "error_from_rpc",
@@ -81,6 +85,14 @@ class InvalidArgumentError(SluiceError):
     """The request was malformed; `field_violations` lists the offending fields."""
 
 
+class UnauthenticatedError(SluiceError):
+    """The server wants a valid token (`token=` on the client)."""
+
+
+class PermissionDeniedError(SluiceError):
+    """The token's tenant may not make this call."""
+
+
 class NotFoundError(SluiceError):
     """The named model does not exist on the server."""
 
@@ -108,6 +120,8 @@ class InternalError(SluiceError):
 _BY_CODE: dict[grpc.StatusCode, type[SluiceError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,

@@ -79,8 +79,11 @@ class SluiceClient:
         timeout: float | None = 30.0,
         settings: ChannelSettings | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self._timeout = check_timeout(timeout)
+        # A server started with --auth-keys wants it on every call (as `authorization: Bearer`).
+        self._metadata = (("authorization", f"Bearer {token}"),) if token is not None else None
         self._channel = open_channel(target, settings or ChannelSettings(), credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
 
@@ -102,7 +105,7 @@ class SluiceClient:
             model, inputs, priority=priority, request_id=request_id, parameters=parameters
         )
         with typed_errors():
-            response = self._stub.Infer(request, timeout=self._deadline(timeout))
+            response = self._stub.Infer(request, timeout=self._deadline(timeout), metadata=self._metadata)
         return result_from_response(response)
 
     def generate(
@@ -139,18 +142,24 @@ class SluiceClient:
             ignore_eos=ignore_eos,
             logprobs=logprobs,
         )
-        return GenerationStream(self._stub.Generate(request, timeout=self._deadline(timeout)))
+        return GenerationStream(
+            self._stub.Generate(request, timeout=self._deadline(timeout), metadata=self._metadata)
+        )
 
     def list_models(self, *, timeout: float | None = None) -> list[ModelInfo]:
         """Every model the server has loaded, sorted by name."""
         with typed_errors():
-            response = self._stub.ListModels(pb.ListModelsRequest(), timeout=self._deadline(timeout))
+            response = self._stub.ListModels(
+                pb.ListModelsRequest(), timeout=self._deadline(timeout), metadata=self._metadata
+            )
         return [model_info_from_proto(info) for info in response.models]
 
     def get_model(self, name: str, *, timeout: float | None = None) -> ModelInfo:
         """The metadata of one model; raises NotFoundError for an unknown name."""
         with typed_errors():
-            response = self._stub.GetModel(pb.GetModelRequest(name=name), timeout=self._deadline(timeout))
+            response = self._stub.GetModel(
+                pb.GetModelRequest(name=name), timeout=self._deadline(timeout), metadata=self._metadata
+            )
         return model_info_from_proto(response.model)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import grpc
 import torch
@@ -37,6 +38,7 @@ from server.reflection import enable_reflection
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.registry import build_models, resolve_device
 from server.servicer import InferenceServicer
+from server.tenants import Keys
 from server.tls import is_loopback, server_credentials
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class SluiceServer:
             max_message_bytes=settings.max_message_bytes,
             stall_timeout_s=settings.stall_timeout_s,
             access_log=AccessLog(settings.access_log),
+            keys=Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None,
         )
         self.servicer = InferenceServicer()
         self.health = HealthServicer()

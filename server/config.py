@@ -27,6 +27,10 @@ class Settings:
     tls_client_ca: str | None = setting(
         None, help="PEM CA that clients' certificates must chain to (mTLS)", shown="no client certificates"
     )
+    auth_keys: str | None = setting(
+        None, help="TOML file of tenants (server/tenants.py): callers need a bearer token from it",
+        shown="no authentication",
+    )  # fmt: skip
     metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
     metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
     models: tuple[str, ...] | None = setting(

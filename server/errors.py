@@ -14,6 +14,9 @@ SluiceError                      code                 reason
 ├── DeadlineExpired              DEADLINE_EXCEEDED    DEADLINE_EXPIRED
 ├── DeadlineUnmeetable           DEADLINE_EXCEEDED    DEADLINE_UNMEETABLE
 ├── StalledConsumer              CANCELLED            STALLED_CONSUMER
+├── Unauthenticated              UNAUTHENTICATED      UNAUTHENTICATED     (no token, or an unknown one)
+├── PermissionDenied             PERMISSION_DENIED    MODEL_NOT_ALLOWED   (the tenant may not call that model)
+├── TenantQuota                  RESOURCE_EXHAUSTED   TENANT_QUOTA        (+ RetryInfo: its share or its rate)
 └── ModelFailure                 INTERNAL             MODEL_ERROR
 
 Errors echo what the caller sent (a model name, an input name) only through `clip`, and every metadata value
@@ -143,6 +146,21 @@ class DeadlineUnmeetable(SluiceError):
 class StalledConsumer(SluiceError):
     code = "CANCELLED"
     reason = "STALLED_CONSUMER"
+
+
+class Unauthenticated(SluiceError):
+    code = "UNAUTHENTICATED"
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(SluiceError):
+    code = "PERMISSION_DENIED"
+    reason = "MODEL_NOT_ALLOWED"
+
+
+class TenantQuota(SluiceError):
+    code = "RESOURCE_EXHAUSTED"
+    reason = "TENANT_QUOTA"
 
 
 class ModelFailure(SluiceError):

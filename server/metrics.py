@@ -26,6 +26,13 @@ class Metrics:
             [*mm, "reason"],
             registry=r,
         )
+        # Tenant names come from the keys file only, so this label is bounded too.
+        self.tenant_calls = Counter(
+            "sluice_tenant_requests_total",
+            "Requests by tenant (--auth-keys) and outcome: admitted, or the refusal's reason.",
+            ["tenant", "outcome"],
+            registry=r,
+        )
         self.slots = Gauge("sluice_admission_slots", "Requests a model runs at once.", mm, registry=r)
         self.queue_limit = Gauge(
             "sluice_admission_queue_limit", "Requests that may wait for a model's slots.", mm, registry=r

@@ -12,11 +12,13 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from process.flags import FlagError
 from process.log_limits import install_repeat_filter
 from server.config import Settings, from_namespace, parser
 from server.runtimes.registry import check_models
+from server.tenants import Keys
 
 PROG = "sluice serve"
 
@@ -26,6 +28,8 @@ def settings_from(argv: Sequence[str], prog: str = PROG) -> Settings:
     settings = from_namespace(parser(prog).parse_args(argv))
     if settings.tls is not None:
         settings.tls.check()
+    if settings.auth_keys is not None:
+        Keys.load(Path(settings.auth_keys))  # a mistake in the file stops the server before it listens
     check_models(settings)
     return settings
 

@@ -46,11 +46,14 @@ async def abort(context: Context, error: SluiceError) -> None:
 class Slot:
     """One admitted call's hold on its gate; released exactly once, whichever path gets there first."""
 
-    __slots__ = ("admitted", "gate", "in_flight", "released")
+    __slots__ = ("admitted", "gate", "in_flight", "on_release", "released")
 
-    def __init__(self, gate: AdmissionGate, in_flight: Gauge) -> None:
+    def __init__(
+        self, gate: AdmissionGate, in_flight: Gauge, on_release: Callable[[], None] | None = None
+    ) -> None:
         self.gate = gate
         self.in_flight = in_flight
+        self.on_release = on_release  # a tenant's share of the gate, given back with the slot
         self.admitted = time.monotonic()
         self.released = False
 
@@ -59,6 +62,8 @@ class Slot:
             self.released = True
             self.in_flight.dec()
             self.gate.release(time.monotonic() - self.admitted)
+            if self.on_release is not None:
+                self.on_release()
 
 
 Admit = Callable[[Any, Context, GuardedMethod], Awaitable[Slot]]
@@ -216,3 +221,15 @@ def parsing_handler(handler: Handler, path: str) -> Handler:
         grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
     )
     return make(parsed, request_deserializer=read, response_serializer=handler.response_serializer)
+
+
+def refusing_handler(handler: Handler, error: SluiceError) -> Handler:
+    """A handler that answers `error` without reading the request: its bytes are never deserialized."""
+
+    async def refuse(request: Any, context: Context) -> Any:
+        await abort(context, error)
+
+    make = (
+        grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
+    )
+    return make(refuse, request_deserializer=None, response_serializer=handler.response_serializer)

@@ -9,7 +9,10 @@ stops accepting data (server/admission/handlers.py wraps each method).
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,12 +31,27 @@ from server.admission.handlers import (
     abort,
     guarded_handler,
     parsing_handler,
+    refusing_handler,
 )
 from server.admission.reader import GuardedMethod, Refused, admission_reader
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
 from server.metrics import Metrics
+from server.tenants import Keys, Tenant
+
+# The calling tenant, set from the metadata as the call starts and read by the deserializer (which refuses
+# a model the tenant may not call) and by admission (priority ceiling, share, rate): one task per call.
+TENANT: contextvars.ContextVar[Tenant | None] = contextvars.ContextVar("tenant", default=None)
+# Health and reflection answer without a token: load balancers and grpcurl's discovery need them.
+_OPEN = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
+    return {
+        key: value if isinstance(value, str) else value.decode("latin-1")
+        for key, value in details.invocation_metadata or ()
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +79,10 @@ class AdmissionInterceptor(_ServerInterceptor):
         max_message_bytes: int,
         stall_timeout_s: float,
         access_log: AccessLog | None = None,
+        keys: Keys | None = None,
     ) -> None:
         self.methods = dict(methods)
+        self.keys = keys
         self.breaker = breaker
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
@@ -87,6 +107,13 @@ class AdmissionInterceptor(_ServerInterceptor):
         if handler is None or handler.request_streaming:
             return handler
         path = handler_call_details.method
+        if self.keys is not None and not path.startswith(_OPEN):
+            # Checked on the metadata alone, before the body is read: a refused call is never parsed.
+            try:
+                TENANT.set(self.keys.authenticate(_metadata(handler_call_details)))
+            except SluiceError as error:
+                self.metrics.refused.labels("", path.rpartition("/")[2], error.reason).inc()
+                return refusing_handler(handler, error)
         method = self.methods.get(path)
         # Built once per method (and per install of the models): the wrapper holds no per-call state.
         key = (path, id(method), id(handler))
@@ -110,6 +137,13 @@ class AdmissionInterceptor(_ServerInterceptor):
         if not model:
             return InvalidArgument("model must be set", field="model")
         gate = method.gates.get(model)
+        tenant = TENANT.get()
+        if tenant is not None and gate is not None:
+            try:
+                tenant.check_model(model)
+            except SluiceError as error:
+                self.metrics.tenant_calls.labels(tenant.name, error.reason).inc()
+                return error
         if gate is None:
             serving = method.elsewhere.get(model)
             if serving is not None:
@@ -143,17 +177,28 @@ class AdmissionInterceptor(_ServerInterceptor):
             request.request_id = secrets.token_hex(8)
         model = request.model
         gate = method.gates.get(model)
+        tenant = TENANT.get()
+        taken = False
         try:
             if gate is None:  # the reader checked; a message whose model changed under parsing lands here
                 raise ModelNotFound(model, sorted(method.gates))
+            priority = decode_priority(request.priority)
+            if tenant is not None:
+                priority = min(priority, tenant.priority_ceiling)
+                tenant.take(model, gate.slots, time.monotonic())  # before it queues
+                taken = True
             instruments = self._instruments(model, method.name)
             queued = gate.in_use >= gate.slots
             instruments.waiting.inc()
             try:
-                waited = await gate.acquire(decode_priority(request.priority), context.time_remaining())
+                waited = await gate.acquire(priority, context.time_remaining())
             finally:
                 instruments.waiting.dec()
         except SluiceError as error:
+            if taken and tenant is not None:
+                tenant.release(model)
+            if tenant is not None:
+                self.metrics.tenant_calls.labels(tenant.name, error.reason).inc()
             self.metrics.refused.labels(model if gate is not None else "", method.name, error.reason).inc()
             await abort(context, error)
             raise
@@ -163,7 +208,10 @@ class AdmissionInterceptor(_ServerInterceptor):
         instruments.in_flight.inc()
         instruments.queue_wait.observe(waited)
         ADMISSION_WAIT.set(waited)
-        return Slot(gate, instruments.in_flight)
+        if tenant is None:
+            return Slot(gate, instruments.in_flight)
+        self.metrics.tenant_calls.labels(tenant.name, "admitted").inc()
+        return Slot(gate, instruments.in_flight, functools.partial(tenant.release, model))
 
     def _instruments(self, model: str, method: str) -> _Instruments:
         """Labelled metric children, resolved once per served (model, method) rather than per request."""

@@ -1,0 +1,130 @@
+"""Issue 11, acceptance 2 and 3 (the gRPC side): tokens from a keys file, checked on the metadata before the
+body is read; tenants capped to their models, share and rate. Health and reflection stay open."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from clients import (
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    SluiceClient,
+    UnauthenticatedError,
+)
+from tests.support.processes import ServerProcess, start_server
+
+GRPCURL = shutil.which("grpcurl") or str(Path(sys.executable).parent / "grpcurl")
+ALPHA, BETA = "alpha-secret-token", "beta-secret-token"
+X = {"x": np.ones(512, np.float32)}
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    keys = tmp_path_factory.mktemp("keys") / "keys.toml"
+    keys.write_text(
+        f"""
+[[tenant]]
+name = "alpha"
+token_sha256 = "{digest(ALPHA)}"
+priority_ceiling = "normal"
+share = 0.5
+
+[[tenant]]
+name = "beta"
+token_sha256 = "{digest(BETA)}"
+rate_per_s = 3
+models = ["mlp"]
+"""
+    )
+    process = start_server("--models", "mlp,byte-lm", "--auth-keys", str(keys), "--max-sequences", "4")
+    yield process
+    assert process.terminate() == 0
+
+
+def test_a_call_without_a_valid_token_is_refused_before_its_body_is_read(server: ServerProcess) -> None:
+    for token in (None, "wrong-token"):
+        with SluiceClient(server.target, token=token) as client:
+            with pytest.raises(UnauthenticatedError):
+                client.list_models()
+            with pytest.raises(UnauthenticatedError):
+                list(client.generate("byte-lm", "hi", max_tokens=2))
+    # Bytes that do not parse: refused for the token, not for the body (which nobody read).
+    with grpc.insecure_channel(server.target) as channel:
+        raw = channel.unary_unary("/sluice.inference.v1.InferenceService/Infer")
+        with pytest.raises(grpc.RpcError) as refused:
+            raw(b"\xff" * 4096, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert server.metric("sluice_requests_refused_total", method="Infer", reason="UNAUTHENTICATED") >= 1
+    assert server.metric("sluice_requests_admitted_total", model="mlp", method="Infer") == 0
+
+
+def test_health_and_reflection_stay_open(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.target) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=10
+        )
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    listed = subprocess.run(
+        [GRPCURL, "-plaintext", server.target, "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0 and "sluice.inference.v1.InferenceService" in listed.stdout, listed.stderr
+
+
+def test_a_valid_token_is_served_and_a_tenant_keeps_to_its_models(server: ServerProcess) -> None:
+    with SluiceClient(server.target, token=ALPHA) as client:
+        assert client.infer("mlp", X).outputs["y"].shape == (512,)
+        assert sum(len(c.token_ids) for c in client.generate("byte-lm", "hi", max_tokens=3)) == 3
+    with SluiceClient(server.target, token=BETA) as client:
+        with pytest.raises(PermissionDeniedError) as denied:
+            list(client.generate("byte-lm", "hi", max_tokens=2))
+        assert denied.value.reason == "MODEL_NOT_ALLOWED"
+
+
+def test_a_tenant_over_its_rate_or_its_share_gets_tenant_quota(server: ServerProcess) -> None:
+    with SluiceClient(server.target, token=BETA) as client:
+        outcomes: list[str | None] = []
+        waits: list[float | None] = []
+        for _ in range(6):  # a burst: the bucket holds 3
+            try:
+                client.infer("mlp", X)
+                outcomes.append("ok")
+            except ResourceExhaustedError as exc:
+                outcomes.append(exc.reason)
+                waits.append(exc.retry_after)
+    assert outcomes.count("ok") >= 3 and "TENANT_QUOTA" in outcomes
+    assert all(wait is not None and wait > 0 for wait in waits)
+    # alpha's share is half of byte-lm's 4 slots: a third stream at once is refused, not queued.
+    with SluiceClient(server.target, token=ALPHA) as client:
+        streams = [client.generate("byte-lm", "long", max_tokens=400, ignore_eos=True) for _ in range(2)]
+        firsts = [next(iter(s)) for s in streams]  # both hold a slot now
+        assert all(f.token_ids for f in firsts)
+        with pytest.raises(ResourceExhaustedError) as over:
+            list(client.generate("byte-lm", "third", max_tokens=2))
+        assert over.value.reason == "TENANT_QUOTA"
+        for stream in streams:
+            stream.cancel()
+    assert server.metric("sluice_tenant_requests_total", tenant="alpha", outcome="TENANT_QUOTA") >= 1
+
+
+def test_the_log_never_holds_a_token(server: ServerProcess) -> None:
+    assert server.stderr_path is not None
+    text = server.stderr_path.read_text()
+    assert ALPHA not in text and BETA not in text and "wrong-token" not in text
