@@ -9,8 +9,10 @@ replayed without duplicating them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -129,13 +131,16 @@ def open_channel(
 
 
 def open_aio_channel(
-    target: str, settings: ChannelSettings, credentials: grpc.ChannelCredentials | None
+    target: str,
+    settings: ChannelSettings,
+    credentials: grpc.ChannelCredentials | None,
+    interceptors: Sequence[Any] | None = None,  # aio.ClientInterceptor (its stubs are partial)
 ) -> aio.Channel:
     """An asyncio channel to `target`, TLS when `credentials` are given."""
     options = channel_options(settings)
     if credentials is None:
-        return aio.insecure_channel(target, options=options)
-    return aio.secure_channel(target, credentials, options=options)
+        return aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
 
 
 def check_timeout(timeout: float | None) -> float | None:

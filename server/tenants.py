@@ -1,30 +1,15 @@
-"""Tenants from the keys file (--auth-keys): who may call, which models, at what priority, how much.
-
-The file is TOML, one [[tenant]] table per caller:
-
-    [[tenant]]
-    name = "search"                 # a bounded metric label: the file's names, nothing a caller sends
-    token_sha256 = "9f86d0...e4f"   # sha256 of the bearer token, hex (the token itself is never stored)
-    priority_ceiling = "normal"     # a request asking for more is served at this (low, normal, high)
-    share = 0.5                     # of each model's slots, in flight and waiting together
-    rate_per_s = 100                # requests per second, a token bucket holding one second's worth
-    models = ["mlp", "byte-lm"]     # optional: absent, every model
-
-A presented token is hashed and compared with every entry in constant time (hmac.compare_digest), so the
-time a wrong token takes says nothing about the right ones. Tokens never reach a log or an error.
-"""
+"""Tenants at admission: who a call's token names (auth/keys.py reads the file), and what that tenant may
+still take: its models, its priority ceiling, its share of each model's gate and its request rate."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from auth.keys import TenantEntry, bearer_token, load_keys, match
 from server.domain import Priority
 from server.errors import PermissionDenied, TenantQuota, Unauthenticated, clip
 
@@ -34,8 +19,8 @@ _PRIORITIES = {"low": Priority.LOW, "normal": Priority.NORMAL, "high": Priority.
 
 @dataclass(eq=False, slots=True)
 class Tenant:
+    entry: TenantEntry
     name: str
-    token_sha256: bytes
     priority_ceiling: Priority
     share: float
     rate_per_s: float
@@ -95,60 +80,28 @@ class Keys:
     @classmethod
     def load(cls, path: Path) -> Keys:
         """Raises ValueError naming the setting and the entry where the file cannot serve."""
-        try:
-            document = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"invalid setting auth_keys: {path}: {exc}") from exc
-        entries = document.get("tenant")
-        if not isinstance(entries, list) or not entries:
-            raise ValueError(f"invalid setting auth_keys: {path} holds no [[tenant]] entries")
-        tenants = [_tenant(entry, index, path) for index, entry in enumerate(entries)]
-        names = [t.name for t in tenants]
-        if len(set(names)) != len(names):
-            raise ValueError(f"invalid setting auth_keys: {path}: tenant names repeat")
-        return cls(tenants)
+        return cls([_tenant(entry) for entry in load_keys(path)])
 
     def authenticate(self, metadata: Mapping[str, str]) -> Tenant:
         """The tenant whose token the call presents (`authorization: Bearer ...`), or Unauthenticated."""
         header = metadata.get(AUTHORIZATION)
         if header is None:
             raise Unauthenticated("this server needs `authorization: Bearer <token>` metadata")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(header)
+        if token is None:
             raise Unauthenticated("the authorization metadata must be `Bearer <token>`")
-        digest = hashlib.sha256(token.strip().encode("utf-8", "surrogatepass")).digest()
-        found = None
-        for tenant in self.tenants:  # every entry compared: the time taken does not depend on which matched
-            if hmac.compare_digest(digest, tenant.token_sha256):
-                found = tenant
-        if found is None:
+        entry = match([t.entry for t in self.tenants], token)
+        if entry is None:
             raise Unauthenticated("the token is not one this server knows")
-        return found
+        return next(t for t in self.tenants if t.entry is entry)
 
 
-def _tenant(entry: object, index: int, path: Path) -> Tenant:
-    where = f"invalid setting auth_keys: {path}: tenant {index + 1}"
-    if not isinstance(entry, dict):
-        raise ValueError(f"{where} is not a table")
-    try:
-        name = str(entry["name"])
-        digest = bytes.fromhex(str(entry["token_sha256"]))
-        ceiling = _PRIORITIES[str(entry.get("priority_ceiling", "normal")).lower()]
-        share = float(entry.get("share", 1.0))
-        rate = float(entry.get("rate_per_s", math.inf))
-    except (KeyError, ValueError) as exc:
-        raise ValueError(
-            f"{where} needs name, token_sha256 (64 hex digits), and optionally priority_ceiling "
-            f"(low, normal, high), share, rate_per_s, models ({type(exc).__name__}: {exc})"
-        ) from exc
-    if len(digest) != 32 or not 0 < share <= 1 or not rate > 0:
-        raise ValueError(f"{where}: token_sha256 must be 64 hex digits, share in (0, 1], rate_per_s > 0")
-    models = entry.get("models")
+def _tenant(entry: TenantEntry) -> Tenant:
     return Tenant(
-        name=name,
-        token_sha256=digest,
-        priority_ceiling=ceiling,
-        share=share,
-        rate_per_s=rate,
-        models=frozenset(str(m) for m in models) if isinstance(models, list) else None,
+        entry=entry,
+        name=entry.name,
+        priority_ceiling=_PRIORITIES[entry.priority_ceiling],
+        share=entry.share,
+        rate_per_s=entry.rate_per_s,
+        models=entry.models,
     )

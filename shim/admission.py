@@ -10,10 +10,13 @@ the response, SSE streams included, has ended. Routes then parse the bytes read 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from auth.keys import TenantEntry
+from shim.auth import FORWARDED_TOKEN, check
 from shim.errors import ShimError
 from shim.jsonio import JsonResponse
 from shim.openai.errors import is_openai_path, openai_error_json, openai_headers
@@ -85,9 +88,16 @@ class AdmissionMiddleware:
     """Wraps the app: the decision to refuse, and the reading of the body, come before routing."""
 
     def __init__(
-        self, app: ASGIApp, *, bound: InflightBound, max_body_bytes: int, body_timeout_s: float
+        self,
+        app: ASGIApp,
+        *,
+        bound: InflightBound,
+        max_body_bytes: int,
+        body_timeout_s: float,
+        keys: Sequence[TenantEntry] | None = None,
     ) -> None:
         self.app = app
+        self.keys = keys
         self.bound = bound
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -98,6 +108,8 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         try:
+            if self.keys is not None:  # on the headers alone: a refused body is never read nor parsed
+                FORWARDED_TOKEN.set(check(self.keys, Headers(scope=scope)))
             if self.bound.full:
                 raise shim_overloaded(self.bound.limit)
             # Every POST of the API carries a JSON body; the other methods carry none.

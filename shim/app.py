@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import grpc
 from fastapi import FastAPI, Request
@@ -14,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
+from auth.keys import load_keys
 from shim.admission import AdmissionMiddleware, InflightBound, error_response
 from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.channel import open_upstream
@@ -92,6 +94,7 @@ def create_app(settings: ShimSettings) -> FastAPI:
         bound=app.state.inflight,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
+        keys=load_keys(Path(settings.auth_keys)) if settings.auth_keys else None,
     )
     # Outside admission, so that its refusals are counted too.
     app.add_middleware(CountingMiddleware, metrics=app.state.metrics)

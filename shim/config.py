@@ -26,6 +26,10 @@ class ShimSettings:
         None, help="PEM client certificate for an mTLS upstream", shown="none"
     )
     upstream_key: str | None = setting(None, help="PEM private key of --upstream-cert", shown="none")
+    auth_keys: str | None = setting(
+        None, help="TOML keys file (as the server's): API requests need a bearer token from it",
+        shown="no authentication",
+    )  # fmt: skip
     tls_cert: str | None = setting(
         None, help="PEM certificate of the HTTP port; HTTPS when set", shown="HTTP"
     )

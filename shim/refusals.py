@@ -108,3 +108,8 @@ def internal_error(exc: BaseException) -> ShimError:
         f"the shim failed to handle the request ({type(exc).__name__})",
         reason="SHIM_INTERNAL_ERROR",
     )
+
+
+def unauthenticated(message: str) -> ShimError:
+    """A request without a token the keys file knows; decided on its headers, before its body is read."""
+    return _shim_error(grpc.StatusCode.UNAUTHENTICATED, message, reason="UNAUTHENTICATED")

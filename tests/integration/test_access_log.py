@@ -78,11 +78,11 @@ def test_no_access_log_by_default(server: ServerProcess, stub: pb_grpc.Inference
 def test_the_openai_user_reaches_the_access_log(logged: ServerProcess) -> None:
     shim = start_shim(logged.target)
     try:
-        client = openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused", max_retries=0)
-        for user in ("alice@example.com", "zoë\nnext line"):
-            client.chat.completions.create(
-                model="byte-lm", messages=[{"role": "user", "content": "hi"}], max_tokens=2, user=user
-            )
+        with openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused", max_retries=0) as client:
+            for user in ("alice@example.com", "zoë\nnext line"):
+                client.chat.completions.create(
+                    model="byte-lm", messages=[{"role": "user", "content": "hi"}], max_tokens=2, user=user
+                )
     finally:
         shim.terminate()
     wait_until(lambda: sum("user" in line for line in lines(logged)) >= 2, what="two lines naming a user")

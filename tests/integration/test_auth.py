@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import httpx
 import numpy as np
+import openai
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -21,7 +23,7 @@ from clients import (
     SluiceClient,
     UnauthenticatedError,
 )
-from tests.support.processes import ServerProcess, start_server
+from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 GRPCURL = shutil.which("grpcurl") or str(Path(sys.executable).parent / "grpcurl")
 ALPHA, BETA = "alpha-secret-token", "beta-secret-token"
@@ -33,7 +35,7 @@ def digest(token: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     keys = tmp_path_factory.mktemp("keys") / "keys.toml"
     keys.write_text(
         f"""
@@ -50,6 +52,11 @@ rate_per_s = 3
 models = ["mlp"]
 """
     )
+    return keys
+
+
+@pytest.fixture(scope="module")
+def server(keys: Path) -> Iterator[ServerProcess]:
     process = start_server("--models", "mlp,byte-lm", "--auth-keys", str(keys), "--max-sequences", "4")
     yield process
     assert process.terminate() == 0
@@ -128,3 +135,51 @@ def test_the_log_never_holds_a_token(server: ServerProcess) -> None:
     assert server.stderr_path is not None
     text = server.stderr_path.read_text()
     assert ALPHA not in text and BETA not in text and "wrong-token" not in text
+
+
+@pytest.fixture(scope="module")
+def shim(server: ServerProcess, keys: Path) -> Iterator[ShimProcess]:
+    process = start_shim(server.target, "--auth-keys", str(keys))
+    yield process
+    process.terminate()
+
+
+BODY = {"model": "mlp", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}]}
+
+
+def test_the_shim_refuses_a_request_without_a_token_before_reading_its_body(shim: ShimProcess) -> None:
+    native = httpx.post(
+        f"{shim.url}/v1/infer", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert native.status_code == 401 and native.json()["error"]["reason"] == "UNAUTHENTICATED"
+    chat = httpx.post(
+        f"{shim.url}/v1/chat/completions", content=b"{", headers={"content-type": "application/json"}
+    )
+    assert chat.status_code == 401 and chat.json()["error"]["type"]  # OpenAI's shape
+    wrong = httpx.post(f"{shim.url}/v1/infer", json=BODY, headers={"authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert httpx.get(f"{shim.url}/readyz").status_code == 200  # probes stay open
+
+
+def test_the_shim_forwards_the_token_and_the_servers_verdicts(
+    shim: ShimProcess, server: ServerProcess
+) -> None:
+    before = server.metric("sluice_tenant_requests_total", tenant="alpha", outcome="admitted")
+    ok = httpx.post(f"{shim.url}/v1/infer", json=BODY, headers={"authorization": f"Bearer {ALPHA}"})
+    assert ok.status_code == 200, ok.text
+    assert httpx.post(f"{shim.url}/v1/infer", json=BODY, headers={"api-key": ALPHA}).status_code == 200
+    assert server.metric("sluice_tenant_requests_total", tenant="alpha", outcome="admitted") == before + 2
+    body = {"model": "byte-lm", "prompt": "hi", "max_tokens": 2}
+    denied = httpx.post(f"{shim.url}/v1/generate", json=body, headers={"authorization": f"Bearer {BETA}"})
+    assert denied.status_code == 403 and denied.json()["error"]["reason"] == "MODEL_NOT_ALLOWED"
+
+
+def test_the_openai_sdk_with_an_api_key(shim: ShimProcess) -> None:
+    with openai.OpenAI(base_url=f"{shim.url}/v1", api_key=ALPHA, max_retries=0) as sdk:
+        answer = sdk.completions.create(model="byte-lm", prompt="hello", max_tokens=4, seed=1)
+    assert answer.usage is not None and answer.usage.completion_tokens == 4
+    with (
+        openai.OpenAI(base_url=f"{shim.url}/v1", api_key="wrong", max_retries=0) as wrong,
+        pytest.raises(openai.AuthenticationError),
+    ):
+        wrong.models.list()

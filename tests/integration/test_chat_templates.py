@@ -68,6 +68,6 @@ def test_the_models_own_template_renders_the_prompt(stack: tuple[ServerProcess, 
             client.generate("chat", [ChatMessage(m["role"], m["content"]) for m in MESSAGES], max_tokens=2)
         )  # type: ignore[arg-type]
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == len(expected)
-    sdk = openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused")
-    answer = sdk.chat.completions.create(model="chat", messages=MESSAGES, max_tokens=2, temperature=0)  # type: ignore[arg-type]
+    with openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused") as sdk:
+        answer = sdk.chat.completions.create(model="chat", messages=MESSAGES, max_tokens=2, temperature=0)  # type: ignore[arg-type]
     assert answer.usage is not None and answer.usage.prompt_tokens == len(expected)

@@ -24,8 +24,22 @@ from tests.support.readme import readme_block
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story"}]
 
 
+_OPENED: list[openai.OpenAI] = []
+
+
 def client(shim: ShimProcess, **options: object) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused", **options)  # type: ignore[arg-type]
+    sdk = openai.OpenAI(base_url=f"{shim.url}/v1", api_key="unused", **options)  # type: ignore[arg-type]
+    _OPENED.append(sdk)
+    return sdk
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """Each SDK client holds a connection pool: closed here, not left for a later test's garbage collection
+    to find (as an unclosed-socket warning)."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
 
 
 def test_a_streamed_chat_says_what_the_whole_answer_says(shim: ShimProcess) -> None:

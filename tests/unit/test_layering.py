@@ -16,6 +16,7 @@ FORBIDDEN = {
     "shim": {"server", "launcher", "bench", "tests"},
     "clients": {"server", "shim", "launcher", "bench", "tests"},
     "process": {"server", "shim", "clients", "launcher", "bench", "tests"},
+    "auth": {"server", "shim", "clients", "launcher", "bench", "tests"},
     "launcher": {"bench", "tests"},
 }
 
