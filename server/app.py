@@ -80,6 +80,7 @@ class SluiceServer:
             stall_timeout_s=settings.stall_timeout_s,
             access_log=AccessLog(settings.access_log),
             keys=Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None,
+            max_request_bytes=settings.max_request_bytes_in_flight,
         )
         self.servicer = InferenceServicer()
         self.health = HealthServicer()
@@ -97,6 +98,12 @@ class SluiceServer:
                 ("grpc.max_allowed_incoming_connections", self.max_connections),
                 # A socket that never starts HTTP/2 holds a descriptor and a connection place: close it.
                 ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
+                # One peer cannot hold the port: streams per connection are bounded, idle connections
+                # closed, and old ones asked to reconnect (GOAWAY) with a grace long enough for a generation.
+                ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
+                ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
+                ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
+                ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
             ],
         )
         pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, self.server)

@@ -63,6 +63,21 @@ class Settings:
     max_connections: int | None = setting(
         None, help="client connections held at once", shown="the descriptor limit less a reserve"
     )
+    max_streams_per_connection: int = setting(256, help="concurrent calls on one connection", unit="calls")
+    max_connection_idle_s: float = setting(
+        300.0, help="a connection with no call this long is closed", unit="seconds"
+    )
+    max_connection_age_s: float = setting(
+        3600.0, help="a connection this old is asked to reconnect (GOAWAY)", unit="seconds"
+    )
+    max_connection_age_grace_s: float = setting(
+        600.0, help="time an aged connection's calls get to finish", unit="seconds"
+    )
+    max_request_bytes_in_flight: int = setting(
+        512 * 1024 * 1024,
+        help="request bytes admitted and not yet answered; more are refused (RESOURCE_EXHAUSTED) unparsed",
+        unit="bytes",
+    )
     handshake_timeout_s: float = setting(
         10.0, help="a connection that has not started HTTP/2 by then is closed", unit="seconds"
     )
@@ -120,6 +135,10 @@ class Settings:
             "--tls-cert and --tls-key go together",
         )
         _check(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca", "needs --tls-cert")
+        _check(self.max_streams_per_connection >= 1, "max_streams_per_connection", "must be >= 1")
+        _check(self.max_request_bytes_in_flight >= 1, "max_request_bytes_in_flight", "must be >= 1")
+        for name in ("max_connection_idle_s", "max_connection_age_s", "max_connection_age_grace_s"):
+            _check(getattr(self, name) > 0, name, "must be > 0")
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
         _check(self.models != (), "models", "name at least one model (or leave --models out)")
         _check(

@@ -10,7 +10,7 @@ import contextlib
 import contextvars
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
 import grpc
@@ -19,7 +19,7 @@ from prometheus_client import Gauge
 
 from server.access_log import AccessLog
 from server.admission.gate import AdmissionGate
-from server.admission.reader import GuardedMethod, Refused, parsing_reader
+from server.admission.reader import BytesBudget, GuardedMethod, Refused, parsing_reader
 from server.admission.watchdog import WriteWatchdog
 from server.errors import SluiceError, clip
 from server.status import to_grpc_status
@@ -88,14 +88,16 @@ def guarded_handler(
     admit: Admit,
     watchdog: WriteWatchdog,
     access_log: AccessLog,
+    budget: BytesBudget | None = None,
 ) -> Handler:
     name = method.name
+    release_bytes = budget.release if budget is not None else _nothing
     if handler.unary_stream is not None:
         stream_behaviour: Any = handler.unary_stream
 
         async def guarded_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             call_log = _CallLog.sampled(access_log, name, request, context)
-            with call_log or _UNLOGGED:
+            with call_log or _UNLOGGED, _finally(release_bytes):
                 slot = await admit(request, context, method)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request.request_id),))
@@ -119,7 +121,7 @@ def guarded_handler(
 
     async def guarded_unary(request: Any, context: Context) -> Any:
         call_log = _CallLog.sampled(access_log, name, request, context)
-        with call_log or _UNLOGGED:
+        with call_log or _UNLOGGED, _finally(release_bytes):
             slot = await admit(request, context, method)
             try:
                 response = await unary_behaviour(request, context)
@@ -135,6 +137,21 @@ def guarded_handler(
 
 
 _UNLOGGED = contextlib.nullcontext()
+
+
+def _nothing() -> None:
+    pass
+
+
+@contextlib.contextmanager
+def _finally(release: Callable[[], None]) -> Iterator[None]:
+    """Gives the call's request bytes back however it ends (answered, refused, cancelled)."""
+    try:
+        yield
+    finally:
+        release()
+
+
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 

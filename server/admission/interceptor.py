@@ -33,7 +33,7 @@ from server.admission.handlers import (
     parsing_handler,
     refusing_handler,
 )
-from server.admission.reader import GuardedMethod, Refused, admission_reader
+from server.admission.reader import BytesBudget, GuardedMethod, Refused, admission_reader
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
@@ -80,9 +80,11 @@ class AdmissionInterceptor(_ServerInterceptor):
         stall_timeout_s: float,
         access_log: AccessLog | None = None,
         keys: Keys | None = None,
+        max_request_bytes: int | None = None,
     ) -> None:
         self.methods = dict(methods)
         self.keys = keys
+        self.budget = BytesBudget(max_request_bytes) if max_request_bytes else None
         self.breaker = breaker
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
@@ -161,9 +163,16 @@ class AdmissionInterceptor(_ServerInterceptor):
             handler.request_deserializer,
             decide=self.refusal,
             max_message_bytes=self.max_message_bytes,
+            budget=self.budget,
         )
         return guarded_handler(
-            handler, method, read=read, admit=self._admit, watchdog=self.watchdog, access_log=self.access_log
+            handler,
+            method,
+            read=read,
+            admit=self._admit,
+            watchdog=self.watchdog,
+            access_log=self.access_log,
+            budget=self.budget,
         )
 
     async def _admit(self, request: Any, context: Context, method: GuardedMethod) -> Slot:

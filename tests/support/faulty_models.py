@@ -1,7 +1,9 @@
 """A server plugin for tests: the `faulty` tensor model, the MLP with failures chosen by the input.
 
 Load it with `--plugins tests.support.faulty_models --models faulty`. It also registers `wide`, the MLP four
-times as wide (a model that needs more memory per request than `mlp`). An item of `faulty` whose x[0] is
+times as wide (a model that needs more memory per request than `mlp`), and `bulky`, which takes a FLOAT32
+vector of any length and answers its sum after 50 ms (requests of megabytes that stay in flight a while).
+An item of `faulty` whose x[0] is
   -1    raises torch.OutOfMemoryError for any batch that holds it (a forced OOM),
   NaN   raises ValueError for any batch that holds it (a bad item discovered late, inside forward),
   -2    makes the pass sleep x[1] seconds first (a slow model, to fill the queue),
@@ -15,10 +17,11 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from server.config import Settings
-from server.domain import Array
+from server.domain import Array, DType, ModelDescriptor, ModelKind, ModelLimits, TensorSpec
 from server.runtimes.base import TensorModel
 from server.runtimes.mlp import MlpModel
 from server.runtimes.registry import register_model
@@ -56,5 +59,30 @@ def _wide(settings: Settings, device: torch.device) -> TensorModel:
     return mlp
 
 
+class BulkyModel(TensorModel):
+    def __init__(self, *, max_batch_size: int) -> None:
+        self.descriptor = ModelDescriptor(
+            name="bulky",
+            version="1",
+            kind=ModelKind.TENSOR,
+            description="Sum of a FLOAT32 vector of any length, after 50 ms (tests only)",
+            limits=ModelLimits(max_batch_size=max_batch_size),
+            device="cpu",
+            inputs=(TensorSpec("x", DType.FLOAT32, (-1,)),),
+            outputs=(TensorSpec("y", DType.FLOAT32, (1,)),),
+        )
+
+    def bucket(self, inputs: Mapping[str, Array]) -> int:
+        return int(inputs["x"].shape[0])
+
+    def forward(self, batch: Sequence[Mapping[str, Array]]) -> list[dict[str, Array]]:
+        time.sleep(0.05)
+        return [{"y": np.array([item["x"].sum()], dtype=np.float32)} for item in batch]
+
+    def warmup(self, steps: int) -> None:
+        self.forward([{"x": np.zeros(4, dtype=np.float32)}])
+
+
 register_model("faulty", _factory)
+register_model("bulky", lambda settings, device: BulkyModel(max_batch_size=settings.max_batch_size))
 register_model("wide", _wide)
