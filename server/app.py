@@ -146,8 +146,11 @@ class SluiceServer:
         log.info("%s; at most %d client connections", self.fds.describe(), self.max_connections)
         if self.settings.metrics_port >= 0:
             try:
+                token = self.settings.metrics_token_sha256
                 self.metrics_port = self.metrics.serve(
-                    self.settings.metrics_interface, self.settings.metrics_port
+                    self.settings.metrics_interface,
+                    self.settings.metrics_port,
+                    bytes.fromhex(token) if token else None,
                 )
             except OSError as exc:
                 await self.server.stop(0)

@@ -31,6 +31,9 @@ class Settings:
         None, help="TOML file of tenants (server/tenants.py): callers need a bearer token from it",
         shown="no authentication",
     )  # fmt: skip
+    metrics_token_sha256: str | None = setting(
+        None, help="sha256 (hex) of the bearer token /metrics scrapes must send", shown="open"
+    )
     metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
     metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
     models: tuple[str, ...] | None = setting(
@@ -139,6 +142,11 @@ class Settings:
         _check(self.max_request_bytes_in_flight >= 1, "max_request_bytes_in_flight", "must be >= 1")
         for name in ("max_connection_idle_s", "max_connection_age_s", "max_connection_age_grace_s"):
             _check(getattr(self, name) > 0, name, "must be > 0")
+        _check(
+            self.metrics_token_sha256 is None or _is_sha256(self.metrics_token_sha256),
+            "metrics_token_sha256",
+            "must be 64 hex digits (printf %s TOKEN | sha256sum)",
+        )
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
         _check(self.models != (), "models", "name at least one model (or leave --models out)")
         _check(
@@ -249,3 +257,10 @@ def from_namespace(ns: argparse.Namespace) -> Settings:
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ValueError(f"invalid setting {name}: {message}")
+
+
+def _is_sha256(text: str) -> bool:
+    try:
+        return len(bytes.fromhex(text)) == 32
+    except ValueError:
+        return False

@@ -5,9 +5,17 @@ registry by sending made-up names."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import threading
 from dataclasses import dataclass, field
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app, start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from auth.keys import bearer_token
 
 _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -118,7 +126,32 @@ class Metrics:
             registry=r,
         )
 
-    def serve(self, host: str, port: int) -> int:
-        """Starts the /metrics HTTP endpoint on its own thread; returns the bound port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(server.server_port)
+    def serve(self, host: str, port: int, token_sha256: bytes | None = None) -> int:
+        """Starts the /metrics HTTP endpoint on its own thread; returns the bound port. With `token_sha256`
+        a scrape must send `Authorization: Bearer <token>` of that hash (else 401)."""
+        if token_sha256 is None:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            return int(server.server_port)
+        app = _bearer_only(make_wsgi_app(self.registry), token_sha256)
+        httpd = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics").start()
+        return int(httpd.server_port)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged (prometheus_client's own server is silent too)."""
+
+
+def _bearer_only(app: Any, token_sha256: bytes) -> Any:
+    def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+        token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest() if token else b""
+        if not hmac.compare_digest(digest, token_sha256):
+            start_response(
+                "401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")]
+            )
+            return [b"metrics need Authorization: Bearer <token>\n"]
+        return app(environ, start_response)
+
+    return guarded

@@ -183,3 +183,15 @@ def test_the_openai_sdk_with_an_api_key(shim: ShimProcess) -> None:
         pytest.raises(openai.AuthenticationError),
     ):
         wrong.models.list()
+
+
+def test_metrics_can_be_put_behind_their_own_token() -> None:
+    server = start_server("--models", "mlp", "--metrics-token-sha256", digest("scraper"))
+    try:
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"authorization": "Bearer wrong"}).status_code == 401
+        scraped = httpx.get(url, headers={"authorization": "Bearer scraper"})
+        assert scraped.status_code == 200 and "sluice_requests_admitted_total" in scraped.text
+    finally:
+        assert server.terminate() == 0
