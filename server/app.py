@@ -20,8 +20,8 @@ from grpc_health.v1._async import HealthServicer
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from process.access_log import AccessLog
 from process.limits import raise_fd_limit
-from server.access_log import AccessLog
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor

@@ -3,6 +3,7 @@ still take: its models, its priority ceiling, its share of each model's gate and
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -14,6 +15,11 @@ from server.domain import Priority
 from server.errors import PermissionDenied, TenantQuota, Unauthenticated, clip
 
 AUTHORIZATION = "authorization"
+TENANT_KEY = "x-sluice-tenant"
+
+# The calling tenant, set from the metadata as the call starts and read by the deserializer (which refuses
+# a model the tenant may not call), by admission (ceiling, share, rate) and the access log: a task per call.
+CALLER: contextvars.ContextVar[Tenant | None] = contextvars.ContextVar("tenant", default=None)
 _PRIORITIES = {"low": Priority.LOW, "normal": Priority.NORMAL, "high": Priority.HIGH}
 
 

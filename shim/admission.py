@@ -10,14 +10,17 @@ the response, SSE streams included, has ended. Routes then parse the bytes read 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from auth.keys import TenantEntry
+from process.access_log import AccessLog
 from shim.auth import FORWARDED_TOKEN, check
 from shim.errors import ShimError
+from shim.identity import REQUEST_ID, REQUEST_ID_HEADER, TENANT, TENANT_HEADER, request_id_from
 from shim.jsonio import JsonResponse
 from shim.openai.errors import is_openai_path, openai_error_json, openai_headers
 from shim.refusals import shim_overloaded
@@ -95,9 +98,11 @@ class AdmissionMiddleware:
         max_body_bytes: int,
         body_timeout_s: float,
         keys: Sequence[TenantEntry] | None = None,
+        access_log: AccessLog | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
+        self.access_log = access_log or AccessLog(0.0)
         self.bound = bound
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -107,14 +112,24 @@ class AdmissionMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
+        request_id = request_id_from(headers)
+        REQUEST_ID.set(request_id)
+        identity = [(REQUEST_ID_HEADER.encode(), request_id.encode())]
+        log = _Line(self.access_log, scope, request_id) if self.access_log.sampled() else None
+        send = _identified(send, identity, log)
         try:
             if self.keys is not None:  # on the headers alone: a refused body is never read nor parsed
-                FORWARDED_TOKEN.set(check(self.keys, Headers(scope=scope)))
+                token, tenant = check(self.keys, headers)
+                FORWARDED_TOKEN.set(token)
+                TENANT.set(tenant.name)
+                identity.append((TENANT_HEADER.encode(), tenant.name.encode()))
+                if log is not None:
+                    log.fields["tenant"] = tenant.name
             if self.bound.full:
                 raise shim_overloaded(self.bound.limit)
             # Every POST of the API carries a JSON body; the other methods carry none.
             if scope["method"] == "POST":
-                headers = Headers(scope=scope)
                 check_json_media_type(headers)
                 body = await read_body(
                     receive, headers, limit=self.max_body_bytes, timeout_s=self.body_timeout_s
@@ -125,6 +140,8 @@ class AdmissionMiddleware:
                 raise shim_overloaded(self.bound.limit)
         except ShimError as error:
             await error_response(error, scope["path"])(scope, receive, send)
+            if log is not None:
+                log.write()
             return
         except ClientLeft:
             return  # nobody to answer; uvicorn knows the connection is gone
@@ -132,3 +149,35 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
         finally:
             self.bound.release()
+            if log is not None:
+                log.write()
+
+
+class _Line:
+    """The shim's access-log line of one request: method, path, status, request id, tenant, duration."""
+
+    def __init__(self, log: AccessLog, scope: Scope, request_id: str) -> None:
+        self.log, self.started = log, time.monotonic()
+        self.fields: dict[str, object] = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "request_id": request_id,
+            "status": None,
+        }
+
+    def write(self) -> None:
+        self.fields["duration_ms"] = round((time.monotonic() - self.started) * 1000, 3)
+        self.log.write(**self.fields)
+
+
+def _identified(send: Send, identity: list[tuple[bytes, bytes]], log: _Line | None) -> Send:
+    """A send() that adds the request id and tenant to the response's headers (errors and streams too)."""
+
+    async def identified(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *identity]}
+            if log is not None:
+                log.fields["status"] = message["status"]
+        await send(message)
+
+    return identified

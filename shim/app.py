@@ -16,6 +16,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from auth.keys import load_keys
+from process.access_log import AccessLog
 from shim.admission import AdmissionMiddleware, InflightBound, error_response
 from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.channel import open_upstream
@@ -95,6 +96,7 @@ def create_app(settings: ShimSettings) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         keys=load_keys(Path(settings.auth_keys)) if settings.auth_keys else None,
+        access_log=AccessLog(settings.access_log),
     )
     # Outside admission, so that its refusals are counted too.
     app.add_middleware(CountingMiddleware, metrics=app.state.metrics)

@@ -19,15 +19,16 @@ from shim.refusals import unauthenticated
 FORWARDED_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("forwarded_token", default=None)
 
 
-def check(entries: Sequence[TenantEntry], headers: Headers) -> str:
-    """The request's token, known to the keys file; raises the 401 ShimError otherwise."""
+def check(entries: Sequence[TenantEntry], headers: Headers) -> tuple[str, TenantEntry]:
+    """The request's token and its tenant in the keys file; raises the 401 ShimError otherwise."""
     authorization = headers.get("authorization")
     token = bearer_token(authorization) if authorization is not None else headers.get("api-key")
     if not token:
         raise unauthenticated("this API needs `Authorization: Bearer <token>` (or `api-key: <token>`)")
-    if match(list(entries), token.strip()) is None:
+    entry = match(list(entries), token.strip())
+    if entry is None:
         raise unauthenticated("the token is not one this server knows")
-    return token.strip()
+    return token.strip(), entry
 
 
 def _with_token(details: Any) -> Any:

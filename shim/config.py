@@ -26,6 +26,11 @@ class ShimSettings:
         None, help="PEM client certificate for an mTLS upstream", shown="none"
     )
     upstream_key: str | None = setting(None, help="PEM private key of --upstream-cert", shown="none")
+    access_log: float = setting(
+        0.0,
+        help="fraction of API requests written as one JSON line on stderr; 1 = every one",
+        unit="fraction",
+    )
     auth_keys: str | None = setting(
         None, help="TOML keys file (as the server's): API requests need a bearer token from it",
         shown="no authentication",
@@ -88,6 +93,8 @@ class ShimSettings:
     )
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.access_log <= 1.0:
+            raise ValueError(f"access_log must be a fraction in [0, 1], got {self.access_log}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
         if (self.upstream_cert is None) != (self.upstream_key is None):

@@ -17,6 +17,7 @@ from clients.codec import WIRE_DTYPES, decode_raw_contents, typed_contents
 from clients.messages import build_generate_request, infer_request
 from clients.types import PriorityName
 from shim.errors import FieldViolation
+from shim.identity import current_request_id
 from shim.refusals import invalid_argument
 from shim.schemas import GenerateBody, InferBody, Scalar, TensorIn
 
@@ -138,7 +139,11 @@ def infer_request_to_proto(body: InferBody, *, priority: PriorityName | None) ->
     tensors = [tensor_to_proto(tensor, index) for index, tensor in enumerate(body.inputs)]
     try:
         return infer_request(
-            body.model, tensors, priority=priority, request_id=body.request_id, parameters=body.parameters
+            body.model,
+            tensors,
+            priority=priority,
+            request_id=body.request_id or current_request_id(),
+            parameters=body.parameters,
         )
     except ValueError as exc:
         raise invalid_argument(
@@ -214,7 +219,7 @@ def generate_request_to_proto(body: GenerateBody, *, priority: PriorityName | No
         seed=body.seed,
         stop=body.stop,
         priority=priority,
-        request_id=body.request_id,
+        request_id=body.request_id or current_request_id(),
         min_tokens=body.min_tokens,
         ignore_eos=body.ignore_eos,
     )

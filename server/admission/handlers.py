@@ -17,12 +17,13 @@ import grpc
 from google.protobuf import descriptor_pool
 from prometheus_client import Gauge
 
-from server.access_log import AccessLog
+from process.access_log import AccessLog
 from server.admission.gate import AdmissionGate
 from server.admission.reader import BytesBudget, GuardedMethod, Refused, parsing_reader
 from server.admission.watchdog import WriteWatchdog
 from server.errors import SluiceError, clip
 from server.status import to_grpc_status
+from server.tenants import CALLER, TENANT_KEY
 
 Context = grpc.aio.ServicerContext[Any, Any]
 REQUEST_ID_KEY = "x-request-id"
@@ -100,7 +101,7 @@ def guarded_handler(
             with call_log or _UNLOGGED, _finally(release_bytes):
                 slot = await admit(request, context, method)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
-                context.set_trailing_metadata(((REQUEST_ID_KEY, request.request_id),))
+                context.set_trailing_metadata(_identity(request))
                 watched = watchdog.watch(context, request.model, slot.release)
                 clock = time.monotonic
                 try:
@@ -123,6 +124,7 @@ def guarded_handler(
         call_log = _CallLog.sampled(access_log, name, request, context)
         with call_log or _UNLOGGED, _finally(release_bytes):
             slot = await admit(request, context, method)
+            context.set_trailing_metadata(_identity(request))
             try:
                 response = await unary_behaviour(request, context)
             finally:
@@ -153,6 +155,14 @@ def _finally(release: Callable[[], None]) -> Iterator[None]:
 
 
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def _identity(request: Any) -> tuple[tuple[str, str], ...]:
+    """The trailers that say which call this was, and on whose behalf."""
+    tenant = CALLER.get()
+    if tenant is None:
+        return ((REQUEST_ID_KEY, request.request_id),)
+    return ((REQUEST_ID_KEY, request.request_id), (TENANT_KEY, tenant.name))
 
 
 class _CallLog:
@@ -189,6 +199,8 @@ class _CallLog:
         }
         if self.user is not None:
             line["user"] = clip(self.user, USER_LOG_LIMIT)
+        if (tenant := CALLER.get()) is not None:
+            line["tenant"] = tenant.name
         if answer is not None and "timings" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
             timings = answer.timings
             line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)

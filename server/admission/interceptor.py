@@ -9,7 +9,6 @@ stops accepting data (server/admission/handlers.py wraps each method).
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import secrets
 import time
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from server.access_log import AccessLog
+from process.access_log import AccessLog
 from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
 from server.admission.handlers import (
@@ -38,11 +37,8 @@ from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
 from server.metrics import Metrics
-from server.tenants import Keys, Tenant
+from server.tenants import CALLER, Keys
 
-# The calling tenant, set from the metadata as the call starts and read by the deserializer (which refuses
-# a model the tenant may not call) and by admission (priority ceiling, share, rate): one task per call.
-TENANT: contextvars.ContextVar[Tenant | None] = contextvars.ContextVar("tenant", default=None)
 # Health and reflection answer without a token: load balancers and grpcurl's discovery need them.
 _OPEN = ("/grpc.health.v1.", "/grpc.reflection.")
 
@@ -112,7 +108,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         if self.keys is not None and not path.startswith(_OPEN):
             # Checked on the metadata alone, before the body is read: a refused call is never parsed.
             try:
-                TENANT.set(self.keys.authenticate(_metadata(handler_call_details)))
+                CALLER.set(self.keys.authenticate(_metadata(handler_call_details)))
             except SluiceError as error:
                 self.metrics.refused.labels("", path.rpartition("/")[2], error.reason).inc()
                 return refusing_handler(handler, error)
@@ -139,7 +135,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         if not model:
             return InvalidArgument("model must be set", field="model")
         gate = method.gates.get(model)
-        tenant = TENANT.get()
+        tenant = CALLER.get()
         if tenant is not None and gate is not None:
             try:
                 tenant.check_model(model)
@@ -186,7 +182,7 @@ class AdmissionInterceptor(_ServerInterceptor):
             request.request_id = secrets.token_hex(8)
         model = request.model
         gate = method.gates.get(model)
-        tenant = TENANT.get()
+        tenant = CALLER.get()
         taken = False
         try:
             if gate is None:  # the reader checked; a message whose model changed under parsing lands here

@@ -13,6 +13,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.messages import build_generate_request
 from clients.types import ChatMessage
+from shim.identity import current_request_id
 from shim.openai.generation import Choice, Generations, Piece, token_text
 from shim.openai.request_models import ChatCompletionRequest
 from shim.openai.streaming import DONE, data_event, error_event, usage_json
@@ -46,7 +47,8 @@ def generate_requests(
 
 
 def new_id() -> str:
-    return f"chatcmpl-{secrets.token_hex(12)}"
+    """As vLLM's: the caller's X-Request-Id where it sent one, under the OpenAI object's prefix."""
+    return f"chatcmpl-{current_request_id() or secrets.token_hex(12)}"
 
 
 def _logprobs(entries: list[pb.TokenLogprob], wanted: bool) -> dict[str, Any] | None:

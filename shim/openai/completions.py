@@ -12,6 +12,7 @@ from typing import Any
 from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.messages import build_generate_request
+from shim.identity import current_request_id
 from shim.openai.generation import Choice, Generations, Piece, token_text
 from shim.openai.request_models import CompletionRequest
 from shim.openai.streaming import DONE, data_event, error_event, usage_json
@@ -40,7 +41,8 @@ def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any
 
 
 def new_id() -> str:
-    return f"cmpl-{secrets.token_hex(12)}"
+    """As vLLM's: the caller's X-Request-Id where it sent one, under the OpenAI object's prefix."""
+    return f"cmpl-{current_request_id() or secrets.token_hex(12)}"
 
 
 def _logprobs(entries: list[pb.TokenLogprob], wanted: int | None, offset: int) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from shim.call_options import CallOptions, call_options
 from shim.channel import settings_of, upstream_of
 from shim.disconnect import ClientDisconnected, client_left, unless_disconnected
 from shim.errors import FieldViolation, ShimError, upstream_errors
+from shim.identity import current_request_id
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
@@ -158,7 +159,7 @@ async def create_embeddings(request: Request) -> Response:
     body = parse(await request.body(), EmbeddingRequest)
     options = _options(request, settings.infer_timeout_s)
     requests = embeddings.infer_requests(
-        body, priority=options.priority, request_id=f"emb-{int(time.time() * 1e6)}"
+        body, priority=options.priority, request_id=f"emb-{current_request_id() or int(time.time() * 1e6)}"
     )
     with (
         upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s),

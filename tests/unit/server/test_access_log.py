@@ -9,7 +9,7 @@ import logging
 import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 
-from server.access_log import AccessLog
+from process.access_log import AccessLog
 from server.admission import handlers
 from server.errors import Overloaded
 
