@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import inspect
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
@@ -158,11 +159,14 @@ _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
 def _identity(request: Any) -> tuple[tuple[str, str], ...]:
-    """The trailers that say which call this was, and on whose behalf."""
+    """The trailers that say which call this was, and on whose behalf. A caller's request id that is not
+    printable ASCII (all gRPC metadata may carry) is percent-encoded: a raw one would fail the call."""
+    request_id = request.request_id
+    if not all(" " <= ch <= "~" for ch in request_id):
+        request_id = urllib.parse.quote(request_id, safe="")
+    pairs = ((REQUEST_ID_KEY, clip(request_id, 256)),)
     tenant = CALLER.get()
-    if tenant is None:
-        return ((REQUEST_ID_KEY, request.request_id),)
-    return ((REQUEST_ID_KEY, request.request_id), (TENANT_KEY, tenant.name))
+    return pairs if tenant is None else (*pairs, (TENANT_KEY, urllib.parse.quote(tenant.name, safe=" ")))
 
 
 class _CallLog:
