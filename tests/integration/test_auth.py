@@ -16,6 +16,7 @@ import numpy as np
 import openai
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sluice.inference.v1 import inference_pb2 as pb
 
 from clients import (
     PermissionDeniedError,
@@ -195,3 +196,53 @@ def test_metrics_can_be_put_behind_their_own_token() -> None:
         assert scraped.status_code == 200 and "sluice_requests_admitted_total" in scraped.text
     finally:
         assert server.terminate() == 0
+
+
+def test_a_tenants_priority_is_capped_at_its_ceiling(tmp_path: Path) -> None:
+    from concurrent.futures import Future
+
+    from tests.integration.test_admission import request, slow
+    from tests.support.processes import wait_until
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text(
+        f'[[tenant]]\nname = "capped"\ntoken_sha256 = "{digest("capped")}"\npriority_ceiling = "low"\n'
+        f'[[tenant]]\nname = "plain"\ntoken_sha256 = "{digest("plain")}"\n'
+        f'[[tenant]]\nname = "holder"\ntoken_sha256 = "{digest("holder")}"\n'
+    )  # a tenant's share counts what it waits for too: the slot is held by a third one
+    server = start_server(
+        "--plugins", "tests.support.faulty_models", "--models", "faulty", "--max-concurrency", "1",
+        "--auth-keys", str(keys),
+    )  # fmt: skip
+    order: list[str] = []
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            infer = channel.unary_unary(
+                "/sluice.inference.v1.InferenceService/Infer",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=lambda b: b,
+            )
+
+            def send(name: str, token: str, seconds: float, priority: int) -> Future[bytes]:
+                metadata = (("authorization", f"Bearer {token}"),)
+                future: Future[bytes] = infer.future(
+                    request("faulty", slow(seconds), priority), metadata=metadata, timeout=60
+                )
+                future.add_done_callback(lambda _f: order.append(name))
+                return future
+
+            def waiting() -> float:
+                return server.metric("sluice_requests_waiting", model="faulty")
+
+            calls = [send("blocker", "holder", 1.0, pb.PRIORITY_NORMAL)]
+            wait_until(lambda: server.metric("sluice_requests_in_flight", model="faulty") == 1, what="held")
+            calls.append(send("capped-high", "capped", 0.01, pb.PRIORITY_HIGH))  # asks HIGH, served as LOW
+            wait_until(lambda: waiting() == 1, what="capped waiting")
+            calls.append(send("plain-normal", "plain", 0.01, pb.PRIORITY_NORMAL))
+            wait_until(lambda: waiting() == 2, what="both waiting")
+            for call in calls:
+                call.result()
+        wait_until(lambda: len(order) == 3, what="every completion recorded")
+    finally:
+        assert server.terminate() == 0
+    assert order == ["blocker", "plain-normal", "capped-high"], order
