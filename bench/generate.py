@@ -144,6 +144,20 @@ async def concurrent(
     return run
 
 
+def print_latency(runs_by_streams: dict[int, list[Run]]) -> None:
+    """TTFT and inter-token latency per concurrency: medians and range of the repeats' percentiles."""
+    print("\nlatency through Sluice, ms: median [min-max] of the repeats' percentiles")
+    print(f"{'streams':>7} {'TTFT p50':>16} {'TTFT p99':>16} {'ITL p50':>14} {'ITL p99':>14}")
+    for b, runs in runs_by_streams.items():
+        cells = [
+            spread([percentile(x.ttft, 50) for x in runs], 1000, 1),
+            spread([percentile(x.ttft, 99) for x in runs], 1000, 1),
+            spread([percentile(x.itl, 50) for x in runs], 1000, 1),
+            spread([percentile(x.itl, 99) for x in runs], 1000, 1),
+        ]
+        print(f"{b:>7} {cells[0]:>16} {cells[1]:>16} {cells[2]:>14} {cells[3]:>14}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -206,17 +220,7 @@ def main() -> None:
         )
     print(f"{'seq x8':>7} {'':>18} {spread(seq):>18}   (8 streams served one after another through Sluice)")
 
-    print("\nlatency through Sluice, ms: median [min-max] of the repeats' percentiles")
-    print(f"{'streams':>7} {'TTFT p50':>16} {'TTFT p99':>16} {'ITL p50':>14} {'ITL p99':>14}")
-    for b in CONCURRENCY:
-        runs = sluice[b]
-        cells = [
-            spread([percentile(x.ttft, 50) for x in runs], 1000, 1),
-            spread([percentile(x.ttft, 99) for x in runs], 1000, 1),
-            spread([percentile(x.itl, 50) for x in runs], 1000, 1),
-            spread([percentile(x.itl, 99) for x in runs], 1000, 1),
-        ]
-        print(f"{b:>7} {cells[0]:>16} {cells[1]:>16} {cells[2]:>14} {cells[3]:>14}")
+    print_latency(sluice)
     at32 = statistics.median(x.tokens_per_s for x in sluice[32]) / statistics.median(
         x.tokens_per_s for x in raw[32]
     )

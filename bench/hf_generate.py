@@ -27,7 +27,7 @@ import torch
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from bench.generate import CONCURRENCY, PROMPT, Load, Run, concurrent, percentile, spread
+from bench.generate import CONCURRENCY, PROMPT, Load, Run, concurrent, percentile, print_latency, spread
 from bench.stack import running
 
 MODEL = "llama"
@@ -268,17 +268,7 @@ def report(
             ratios[b] = statistics.median(vh)  # the server alone: what the targets are about
             row += f" {spread(h):>18} {spread(vh, digits=2):>16}"
         print(row)
-    print("\nlatency through Sluice, ms: median [min-max] of the repeats' percentiles")
-    print(f"{'streams':>7} {'TTFT p50':>16} {'TTFT p99':>16} {'ITL p50':>14} {'ITL p99':>14}")
-    for b in CONCURRENCY:
-        runs = sluice[b]
-        cells = [
-            spread([percentile(x.ttft, 50) for x in runs], 1000, 1),
-            spread([percentile(x.ttft, 99) for x in runs], 1000, 1),
-            spread([percentile(x.itl, 50) for x in runs], 1000, 1),
-            spread([percentile(x.itl, 99) for x in runs], 1000, 1),
-        ]
-        print(f"{b:>7} {cells[0]:>16} {cells[1]:>16} {cells[2]:>14} {cells[3]:>14}")
+    print_latency(sluice)
     p99 = statistics.median(join_p99) * 1000
     print(
         f"\n24 running streams while 2 prompts of {LONG_PROMPT} tokens join: inter-token p99 "

@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from server.domain import ChatTurn
 from server.runtimes.base import GenerativeModel
-from server.runtimes.hf_checkpoint import HfCheckpoint
+from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ def load_hf_causal(
     return HfCausalLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
 
 
-class HfCausalLm(GenerativeModel):
+class HfCausalLm(HfGenerativeModel):
     def __init__(
         self,
         checkpoint: HfCheckpoint,
@@ -55,34 +54,19 @@ class HfCausalLm(GenerativeModel):
     ) -> None:
         from transformers import AutoModelForCausalLM
 
-        self.checkpoint = checkpoint
-        self.device, self.dtype = device, dtype
+        engine = "generic transformers path"
+        super().__init__(checkpoint, name=name, max_sequences=max_sequences, device=device, engine=engine)
+        self.dtype = dtype
         loaded: Any = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=dtype)
         self.model: Any = loaded.to(device).eval()
         config: Any = self.model.config
-        self.vocab_size = checkpoint.vocab_size
-        self.eos_id = checkpoint.eos_id
-        self.strips_leading_space = checkpoint.strips_leading_space
         self.layers = int(config.num_hidden_layers)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         self.head_dim = int(
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         )
-        self.context_length = checkpoint.context_length
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
-        self.descriptor = checkpoint.descriptor(
-            name, max_sequences=max_sequences, device=device, engine="generic transformers path"
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return self.checkpoint.encode(text)
-
-    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
-        return self.checkpoint.chat_prompt(turns)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return self.checkpoint.token_bytes[token_id]
 
     def slot_bytes(self, context_length: int) -> int:
         size = torch.empty(0, dtype=self.dtype).element_size()

@@ -1,5 +1,6 @@
 """What both Hugging Face generative runtimes read from a checkpoint directory besides the weights: the
-config, the tokenizer (encoding, chat template, each token's bytes, end of sequence) and the descriptor."""
+config, the tokenizer (encoding, chat template, each token's bytes, end of sequence) and the descriptor;
+and HfGenerativeModel, the base both runtimes build on it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import torch
 
 from server.domain import ChatTurn, ModelDescriptor, ModelKind, ModelLimits
-from server.runtimes.base import default_chat_text
+from server.runtimes.base import GenerativeModel, default_chat_text
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -130,3 +131,29 @@ def _strips_leading_space(tokenizer: Any, table: list[bytes]) -> bool:
                 continue
             return bool(tokenizer.decode([token_id]) == text[1:])
     return False
+
+
+class HfGenerativeModel(GenerativeModel):
+    """What both Hugging Face runtimes take from their checkpoint: the text side and the description."""
+
+    def __init__(
+        self, checkpoint: HfCheckpoint, *, name: str, max_sequences: int, device: torch.device, engine: str
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.device = device
+        self.vocab_size = checkpoint.vocab_size
+        self.eos_id = checkpoint.eos_id
+        self.strips_leading_space = checkpoint.strips_leading_space
+        self.context_length = checkpoint.context_length
+        self.descriptor = checkpoint.descriptor(
+            name, max_sequences=max_sequences, device=device, engine=engine
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.checkpoint.encode(text)
+
+    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
+        return self.checkpoint.chat_prompt(turns)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.checkpoint.token_bytes[token_id]

@@ -7,13 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
-from server.domain import ChatTurn
-from server.runtimes.base import GenerativeModel, Prefill
-from server.runtimes.hf_checkpoint import HfCheckpoint
+from server.runtimes.base import Prefill
+from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
 from server.runtimes.llama import LlamaDecoder
 
 
-class LlamaFamilyLm(GenerativeModel):
+class LlamaFamilyLm(HfGenerativeModel):
     chunked_prefill = True
 
     def __init__(
@@ -25,26 +24,10 @@ class LlamaFamilyLm(GenerativeModel):
         device: torch.device,
         dtype: torch.dtype,
     ) -> None:
-        self.checkpoint = checkpoint
-        self.device = device
+        engine = f"native decoder, {dtype}"
+        super().__init__(checkpoint, name=name, max_sequences=max_sequences, device=device, engine=engine)
         self._no_rows = torch.empty(0, dtype=torch.long, device=device)
         self.decoder = LlamaDecoder(checkpoint.path, checkpoint.config, dtype=dtype, device=device)
-        self.vocab_size = checkpoint.vocab_size
-        self.eos_id = checkpoint.eos_id
-        self.strips_leading_space = checkpoint.strips_leading_space
-        self.context_length = checkpoint.context_length
-        self.descriptor = checkpoint.descriptor(
-            name, max_sequences=max_sequences, device=device, engine=f"native decoder, {dtype}"
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return self.checkpoint.encode(text)
-
-    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
-        return self.checkpoint.chat_prompt(turns)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return self.checkpoint.token_bytes[token_id]
 
     def slot_bytes(self, context_length: int) -> int:
         return self.decoder.slot_bytes(min(context_length, self.context_length))
