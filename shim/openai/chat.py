@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from sluice.inference.v1 import inference_pb2 as pb
@@ -16,7 +16,7 @@ from clients.types import ChatMessage
 from shim.identity import current_request_id
 from shim.openai.generation import Choice, Generations, Piece, token_text
 from shim.openai.request_models import ChatCompletionRequest
-from shim.openai.streaming import DONE, data_event, error_event, usage_json
+from shim.openai.streaming import choice_events, data_event, usage_json
 
 # OpenAI's developer role is its newer name for the system prompt.
 _ROLES = {"developer": "system"}
@@ -94,21 +94,15 @@ async def chunks(
 
     for index in range(body.n):
         yield event(index, {"role": "assistant", "content": ""}, None)
-    usages: dict[int, pb.Usage] = {}
-    async for item in generations.pieces(heartbeat_s=heartbeat_s):
-        if isinstance(item, bytes):
-            yield item
-            continue
-        piece: Piece = item
-        if piece.error is not None:
-            yield error_event(piece.error)
-            return
+
+    def render(piece: Piece) -> Iterator[bytes]:
         if piece.text or piece.logprobs:
             yield event(piece.index, {"content": piece.text}, None, _logprobs(piece.logprobs, body.logprobs))
         if piece.finish_reason is not None:
             yield event(piece.index, {}, piece.finish_reason)
-            if piece.usage is not None:
-                usages[piece.index] = piece.usage
-    if body.include_usage:
-        yield data_event({**head, "choices": [], "usage": usage_json(usages, n=body.n)})
-    yield DONE
+
+    events = choice_events(
+        generations, head, render, heartbeat_s=heartbeat_s, n=body.n, include_usage=body.include_usage
+    )
+    async for chunk in events:
+        yield chunk

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from sluice.inference.v1 import inference_pb2 as pb
@@ -15,7 +15,7 @@ from clients.messages import build_generate_request
 from shim.identity import current_request_id
 from shim.openai.generation import Choice, Generations, Piece, token_text
 from shim.openai.request_models import CompletionRequest
-from shim.openai.streaming import DONE, data_event, error_event, usage_json
+from shim.openai.streaming import choice_events, data_event, usage_json
 
 
 def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any) -> list[pb.GenerateRequest]:
@@ -88,15 +88,8 @@ async def chunks(
     """The SSE stream; the caller's response runs `generations.cancel()` however it ends."""
     head = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": body.model}
     offsets = [0] * len(generations.calls)
-    usages: dict[int, pb.Usage] = {}
-    async for item in generations.pieces(heartbeat_s=heartbeat_s):
-        if isinstance(item, bytes):
-            yield item
-            continue
-        piece: Piece = item
-        if piece.error is not None:
-            yield error_event(piece.error)
-            return
+
+    def render(piece: Piece) -> Iterator[bytes]:
         logprobs = _logprobs(piece.logprobs, body.logprobs, offsets[piece.index])
         offsets[piece.index] += len(piece.text)
         if piece.text or piece.finish_reason is not None:
@@ -107,8 +100,9 @@ async def chunks(
                 "finish_reason": piece.finish_reason,
             }
             yield data_event({**head, "choices": [choice]})
-        if piece.usage is not None:
-            usages[piece.index] = piece.usage
-    if body.include_usage:
-        yield data_event({**head, "choices": [], "usage": usage_json(usages, n=body.n)})
-    yield DONE
+
+    events = choice_events(
+        generations, head, render, heartbeat_s=heartbeat_s, n=body.n, include_usage=body.include_usage
+    )
+    async for chunk in events:
+        yield chunk

@@ -3,7 +3,7 @@ holding `{"error": ...}` (which the SDKs raise), and the usage totals both APIs 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from sluice.inference.v1 import inference_pb2 as pb
@@ -11,6 +11,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from shim import jsonio
 from shim.errors import ErrorBody, ShimError
 from shim.openai.errors import openai_error_json
+from shim.openai.generation import Generations, Piece
 
 DONE = b"data: [DONE]\n\n"
 
@@ -29,3 +30,31 @@ def usage_json(usages: Mapping[int, pb.Usage], *, n: int) -> dict[str, int]:
     completion = sum(u.completion_tokens for u in usages.values())
     prompt = sum(u.prompt_tokens for index, u in usages.items() if index % n == 0)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def choice_events(
+    generations: Generations,
+    head: Mapping[str, Any],
+    render: Callable[[Piece], Iterable[bytes]],
+    *,
+    heartbeat_s: float,
+    n: int,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """Both APIs' stream after its opening: heartbeats pass through, an error ends it as an error event,
+    `render` writes each piece's chunks, then the usage chunk where asked for and [DONE]."""
+    usages: dict[int, pb.Usage] = {}
+    async for item in generations.pieces(heartbeat_s=heartbeat_s):
+        if isinstance(item, bytes):
+            yield item
+            continue
+        if item.error is not None:
+            yield error_event(item.error)
+            return
+        for event in render(item):
+            yield event
+        if item.usage is not None:  # a choice's last piece
+            usages[item.index] = item.usage
+    if include_usage:
+        yield data_event({**head, "choices": [], "usage": usage_json(usages, n=n)})
+    yield DONE
