@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def bearer_token(header: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def match(entries: list[TenantEntry], token: str) -> TenantEntry | None:
+def match(entries: Sequence[TenantEntry], token: str) -> TenantEntry | None:
     """The entry whose hash is the token's; every entry is compared, whichever matches."""
     digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
     found = None

@@ -25,16 +25,30 @@ _PRIORITIES = {"low": Priority.LOW, "normal": Priority.NORMAL, "high": Priority.
 
 @dataclass(eq=False, slots=True)
 class Tenant:
+    """A keys-file entry (name, share, rate, models) and what it holds now."""
+
     entry: TenantEntry
-    name: str
     priority_ceiling: Priority
-    share: float
-    rate_per_s: float
-    models: frozenset[str] | None
     # The token bucket, and what the tenant holds of each model's gate (in flight + waiting).
     tokens: float = 0.0
     refilled: float = 0.0
     holding: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def share(self) -> float:
+        return self.entry.share
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.entry.rate_per_s
+
+    @property
+    def models(self) -> frozenset[str] | None:
+        return self.entry.models
 
     def check_model(self, model: str) -> None:
         if self.models is not None and model not in self.models:
@@ -78,6 +92,8 @@ class Keys:
 
     def __init__(self, tenants: list[Tenant], clock: Callable[[], float] = time.monotonic) -> None:
         self.tenants = tenants
+        self._entries = [t.entry for t in tenants]  # what a presented token is matched against
+        self._by_name = {t.name: t for t in tenants}  # names are unique in a keys file
         self.clock = clock
         now = clock()
         for tenant in tenants:
@@ -96,18 +112,11 @@ class Keys:
         token = bearer_token(header)
         if token is None:
             raise Unauthenticated("the authorization metadata must be `Bearer <token>`")
-        entry = match([t.entry for t in self.tenants], token)
+        entry = match(self._entries, token)
         if entry is None:
             raise Unauthenticated("the token is not one this server knows")
-        return next(t for t in self.tenants if t.entry is entry)
+        return self._by_name[entry.name]
 
 
 def _tenant(entry: TenantEntry) -> Tenant:
-    return Tenant(
-        entry=entry,
-        name=entry.name,
-        priority_ceiling=_PRIORITIES[entry.priority_ceiling],
-        share=entry.share,
-        rate_per_s=entry.rate_per_s,
-        models=entry.models,
-    )
+    return Tenant(entry=entry, priority_ceiling=_PRIORITIES[entry.priority_ceiling])

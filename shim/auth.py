@@ -25,7 +25,7 @@ def check(entries: Sequence[TenantEntry], headers: Headers) -> tuple[str, Tenant
     token = bearer_token(authorization) if authorization is not None else headers.get("api-key")
     if not token:
         raise unauthenticated("this API needs `Authorization: Bearer <token>` (or `api-key: <token>`)")
-    entry = match(list(entries), token.strip())
+    entry = match(entries, token.strip())
     if entry is None:
         raise unauthenticated("the token is not one this server knows")
     return token.strip(), entry

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -188,9 +187,9 @@ class AdmissionInterceptor(_ServerInterceptor):
             if gate is None:  # the reader checked; a message whose model changed under parsing lands here
                 raise ModelNotFound(model, sorted(method.gates))
             priority = decode_priority(request.priority)
-            if tenant is not None:
+            if tenant is not None and self.keys is not None:  # a tenant only comes from the keys
                 priority = min(priority, tenant.priority_ceiling)
-                tenant.take(model, gate.slots, time.monotonic())  # before it queues
+                tenant.take(model, gate.slots, self.keys.clock())  # before it queues
                 taken = True
             instruments = self._instruments(model, method.name)
             queued = gate.in_use >= gate.slots
