@@ -1,31 +1,31 @@
-"""The admission-control benchmark (issue 3, acceptance 4): Sluice over gRPC, a naive FastAPI service and
-the raw model loop, side by side under closed-loop callers on loopback.
+"""The admission-control benchmark (issues 3 and 12): Sluice over gRPC against a naive FastAPI service, a
+plain grpc.aio server with the common dynamic batcher (bench.plain_batcher), the bare grpc.aio no-op server
+(bench.noop_grpc) and the raw model loop, side by side under closed-loop callers on loopback.
 
     .venv/bin/python -m bench.admission [--quick] [--duration-s 5] [--repeats 3] [--callers 1,16,64,256]
 
-Repeats are interleaved (raw, then every side, then the next repeat) so that drift on a shared machine
-lands on every side alike; ratios are taken per repeat and summarised as median [min-max].
+Every service is driven by the Python clients and, where installed, by h2load. Repeats are interleaved (raw,
+then every side, then the next repeat) so that drift on a shared machine lands on every side alike; ratios
+are taken per repeat and summarised as median [min-max] (bench.admission_report prints them, with the
+targets and the server CPU per call outside the forward pass).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
-from bench import report
+from bench.admission_report import RawLoop, print_probes, print_report
 from bench.h2load_point import h2load_path, measure_h2load_point
 from bench.points import PointResult, Window, machine_busy_seconds, measure_point, wait_for_quiet
 from bench.processes import PYTHON, ChildProcess
 from bench.raw_model import raw_items_per_s
 from bench.refusal_probe import ProbeResult, measure_refusal_probe
-from bench.stats import Spread
 
 RAW_BATCH = 32
 SMALL = {"slots": 16, "queue": 16}  # a Sluice that refuses at 256 callers, to show refusals
@@ -78,11 +78,17 @@ def sides(args: argparse.Namespace) -> list[Side]:
     naive = [PYTHON, "-m", "bench.naive_service", "--port", "0", "--torch-threads", threads]
     naive_ready = r"naive service ready"
     no_metrics = ["--metrics-port", "-1"]
+    # The gRPC baselines: what a team writes in an afternoon, and grpc.aio doing no work at all.
+    plain = [PYTHON, "-m", "bench.plain_batcher", "--port", "0", "--torch-threads", threads]
+    noop = [PYTHON, "-m", "bench.noop_grpc", "--port", "0"]
+    plain_ready, noop_ready = r"plain batcher ready", r"noop grpc ready"
     out = [
         Side(
             "sluice", "sluice gRPC (tuned)", "grpc", base + no_metrics + tuned, grpc_ready, port, args.callers
         ),
         Side("naive", "naive FastAPI", args.http_client, naive, naive_ready, port, args.callers),
+        Side("plain", "plain gRPC batcher", "grpc", plain, plain_ready, port, args.callers),
+        Side("noop", "no-op gRPC", "grpc", noop, noop_ready, port, args.callers),
     ]
     if args.h2load:
         metrics = r"\(metrics http://[^:]+:(\d+)/metrics\)"
@@ -101,6 +107,17 @@ def sides(args: argparse.Namespace) -> list[Side]:
             Side(
                 "naive-h2load", "naive FastAPI, h2load", "h2load-http", naive, naive_ready, port, args.callers
             ),
+            # No metrics port: the baselines never refuse, so h2load's HTTP statuses are the outcomes.
+            Side(
+                "plain-h2load",
+                "plain gRPC batcher, h2load",
+                "h2load-grpc",
+                plain,
+                plain_ready,
+                port,
+                args.callers,
+            ),
+            Side("noop-h2load", "no-op gRPC, h2load", "h2load-grpc", noop, noop_ready, port, args.callers),
         ]
     # Tuned Sluice never refuses at these caller counts (64 slots + 256 waiting): a small one shows refusals.
     small = ["--max-batch-size", "16", "--max-concurrency", "16", "--max-queue", "16"]
@@ -213,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     labels = {s.key: s.label for s in plan}
     results: dict[str, dict[int, list[PointResult]]] = {s.key: {c: [] for c in s.callers} for s in plan}
     raw: list[float] = []
+    raw_cores: list[float] = []
     raw_other: list[float] = []
     probes: list[ProbeResult] = []
     notes: dict[str, str] = {}
@@ -226,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             raw_items_per_s(width=2048, batch=RAW_BATCH, warmup_s=args.warmup_s, duration_s=args.duration_s)
         )
         own, wall = time.process_time() - own, time.monotonic() - wall
+        raw_cores.append(own / wall)
         raw_other.append(max(machine_busy_seconds() - busy - own, 0.0) / wall)
         print(f"    raw model loop, batch {RAW_BATCH}: {raw[-1]:7.0f} items/s", flush=True)
         for side in plan[repeat % len(plan) :] + plan[: repeat % len(plan)]:  # rotate: no side always first
@@ -233,103 +252,9 @@ def main(argv: list[str] | None = None) -> None:
                 results[side.key][callers].append(point)
         probes.append(run_probe(args, window))
     elapsed = time.monotonic() - started
-    print_report(args, results, labels, (raw, raw_other), notes, load_before, elapsed)
-    print_probes(probes)
-
-
-def print_report(
-    args: argparse.Namespace,
-    results: dict[str, dict[int, list[PointResult]]],
-    labels: dict[str, str],
-    raw_runs: tuple[list[float], list[float]],
-    notes: dict[str, str],
-    load_before: tuple[float, float, float],
-    elapsed_s: float,
-) -> None:
-    raw, raw_other = raw_runs
-    load_after = os.getloadavg()
-    print()
-    print(
-        f"machine: {platform.machine()} {os.cpu_count()} logical cores; torch {torch.__version__}, "
-        f"torch threads {args.torch_threads} on every side (in-process, --torch-threads)"
-    )
-    print(
-        f"window {args.duration_s:g} s after {args.warmup_s:g} s warm-up per point; {args.repeats} repeats, "
-        f"interleaved; {args.client_procs} load-generator process(es) per point; "
-        f"deadline {args.timeout_s:g} s; run took {elapsed_s:.0f} s"
-    )
-    print(
-        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (shared machine); each point "
-        f"waited up to {args.quiet_wait_s:g} s for other load < {args.quiet_cores:g} cores ('other cores')"
-    )
-    print("the load generator shares the cores with the service: 'client cores' is its CPU use,")
-    print("'svc cores' the service's; cells are median [min-max] over repeats; latencies are of calls")
-    print("finished in the window")
-    for key, capacity in notes.items():
-        print(f"{labels[key]} capacity plan: {capacity}")
-    print()
-    print(report.table(results, labels, raw, raw_other, RAW_BATCH))
-    print()
-    print("errors other than refusals:")
-    print(report.errors_note(results, labels))
-    print()
-    generators = [("Python clients", "sluice", "naive"), ("h2load", "sluice-h2load", "naive-h2load")]
-    measured = [(name, results[s], results.get(n, {})) for name, s, n in generators if s in results]
-
-    def ok(side: Mapping[int, list[PointResult]], callers: int) -> list[float]:
-        return [p.ok_per_s for p in side.get(callers, [])]
-
-    print("ratios (per repeat, median [min-max]), each load generator against the same raw-loop repeats:")
-    for name, sluice, naive in measured:
-        for callers in sorted(sluice):
-            pairs = report.paired(ok(sluice, callers), raw)
-            print(report.ratio_line(f"[{name}] sluice @ {callers} / raw batch-{RAW_BATCH} items/s", pairs))
-        for callers in sorted(set(sluice) & set(naive)):
-            pairs = report.paired(ok(sluice, callers), ok(naive, callers))
-            print(report.ratio_line(f"[{name}] sluice @ {callers} / naive @ {callers} ok/s", pairs))
-    print()
-    print("targets:")
-    for name, sluice, naive in measured:
-        for target in [
-            report.Target(
-                f"[{name}] sluice @ 64 / raw batch-32 (items/s)", report.paired(ok(sluice, 64), raw), 0.75
-            ),
-            report.Target(
-                f"[{name}] sluice @ 16 / naive @ 16 (throughput)",
-                report.paired(ok(sluice, 16), ok(naive, 16)),
-                2.5,
-            ),
-            report.Target(
-                f"[{name}] sluice goodput @ 256 / @ 64", report.paired(ok(sluice, 256), ok(sluice, 64)), 0.9
-            ),
-        ]:
-            print(report.target_line(target))
-    defaults = results.get("defaults", {})
-    for callers, points in sorted(defaults.items()):
-        print(
-            f"  sluice with default settings @ {callers}: goodput "
-            f"{Spread.of([p.ok_per_s for p in points]).format(0)} ok/s, refused "
-            f"{Spread.of([float(p.refused) for p in points]).format(0)} calls per "
-            f"{args.duration_s:g} s window"
-        )
-
-
-def print_probes(probes: list[ProbeResult]) -> None:
-    if not probes:
-        return
-    holders = SMALL["slots"] + SMALL["queue"]
-    print()
-    print(
-        f"refusal probe: sluice gRPC (N={SMALL['slots']}, Q={SMALL['queue']}) held full by {holders} "
-        "callers, one more caller in its own process:"
-    )
-    print(
-        f"  QUEUE_FULL answered in p50 {Spread.of([p.refused_p50_ms for p in probes]).format(2)} ms, "
-        f"p99 {Spread.of([p.refused_p99_ms for p in probes]).format(2)} ms "
-        f"({Spread.of([float(p.refused) for p in probes]).format(0)} refusals per window, "
-        f"{Spread.of([float(p.admitted) for p in probes]).format(0)} probe calls found a free place); "
-        f"the holders got {Spread.of([p.load_ok_per_s for p in probes]).format(0)} ok/s"
-    )
+    raw_loop = RawLoop(RAW_BATCH, raw, raw_cores, raw_other)
+    print_report(args, results, labels, raw_loop, notes, load_before, elapsed)
+    print_probes(probes, slots=SMALL["slots"], queue=SMALL["queue"])
 
 
 if __name__ == "__main__":

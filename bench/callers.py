@@ -181,10 +181,14 @@ def raw_http_infer(host: str, port: int, *, timeout_s: float, api: str = "naive"
 
 
 def batch_timings(bodies: list[bytes]) -> list[tuple[int, float, float]]:
-    """Decodes sampled InferResponses after the window: (batch size, compute ms, queue-wait ms) each."""
+    """Decodes sampled InferResponses after the window: (batch size, compute ms, queue-wait ms) each; answers
+    without timings (the baselines send none) are left out."""
     out = []
     for body in bodies:
-        timings = pb.InferResponse.FromString(body).timings
+        response = pb.InferResponse.FromString(body)
+        if not response.HasField("timings"):
+            continue
+        timings = response.timings
         compute_ms = timings.compute.ToNanoseconds() / 1e6
         out.append((timings.batch_size, compute_ms, timings.queue_wait.ToNanoseconds() / 1e6))
     return out

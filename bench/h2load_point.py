@@ -7,8 +7,9 @@ Triton's perf_analyzer or ghz play elsewhere). Both rows are printed side by sid
 
 h2load speaks HTTP/2 (gRPC: one pre-framed InferRequest, `content-type: application/grpc`) or HTTP/1.1 (the
 naive service's JSON). Its per-request log gives the HTTP status and latency; a gRPC status travels in
-trailers it does not read, so for gRPC the outcome counts come from the server's Prometheus counters
-(refusals by reason, items computed) over the same window.
+trailers it does not read, so for Sluice over gRPC the outcome counts come from the server's Prometheus
+counters (refusals by reason, items computed) over the same window; the gRPC baselines, which never refuse,
+are counted by HTTP status alone.
 """
 
 from __future__ import annotations
@@ -87,10 +88,13 @@ def measure_h2load_point(
     window: Window,
     http_api: str = "naive",
 ) -> PointResult:
-    """protocol: `h2load-grpc` (needs the server's metrics_port) or `h2load-http` (the naive service)."""
+    """protocol: `h2load-grpc` or `h2load-http` (the naive service).
+
+    For Sluice over gRPC pass its metrics_port: refusals are HTTP 200 to h2load and only the server's
+    counters tell them apart. The gRPC baselines (bench.plain_batcher, bench.noop_grpc) have no metrics and
+    never refuse: with metrics_port None every HTTP 200 counts as OK.
+    """
     grpc = protocol == "h2load-grpc"
-    if grpc and metrics_port is None:
-        raise ValueError("gRPC outcomes come from the server's metrics: start it with a metrics port")
     with tempfile.TemporaryDirectory(prefix="sluice-h2load-") as tmp:
         log = Path(tmp) / "requests.log"
         command = _command(protocol, target, callers, window, _body(protocol, Path(tmp), http_api), log)

@@ -30,11 +30,13 @@ _COLUMNS: list[tuple[str, int, Callable[[PointResult], float]]] = [
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A ratio and the bar it must clear: `value` is per-repeat ratios (paired by repeat)."""
+    """A ratio and the bar it must clear: `ratios` are per repeat (paired by repeat); the median must be at
+    least `bar`, or at most `bar` for a ceiling (a cost)."""
 
     name: str
     ratios: Sequence[float]
     bar: float
+    ceiling: bool = False
 
 
 def table(
@@ -91,6 +93,8 @@ def target_line(target: Target) -> str:
     if not finite:
         return f"  [ n/a ] {target.name} (not measured)"
     median = statistics.median(finite)
-    verdict = "MET" if median >= target.bar else "NOT MET"
+    met = median <= target.bar if target.ceiling else median >= target.bar
+    verdict = "MET" if met else "NOT MET"
     spread = Spread.of(finite)
-    return f"  [{verdict:^7}] {target.name}: {spread.format(2)} (bar >= {target.bar})"
+    bound = "<=" if target.ceiling else ">="
+    return f"  [{verdict:^7}] {target.name}: {spread.format(2)} (bar {bound} {target.bar})"
