@@ -161,10 +161,10 @@ _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 def _identity(request: Any) -> tuple[tuple[str, str], ...]:
     """The trailers that say which call this was, and on whose behalf. A caller's request id that is not
     printable ASCII (all gRPC metadata may carry) is percent-encoded: a raw one would fail the call."""
-    request_id = request.request_id
+    request_id = clip(request.request_id, 256)  # clipped first: the clip marker itself is not ASCII
     if not all(" " <= ch <= "~" for ch in request_id):
         request_id = urllib.parse.quote(request_id, safe="")
-    pairs = ((REQUEST_ID_KEY, clip(request_id, 256)),)
+    pairs = ((REQUEST_ID_KEY, request_id),)
     tenant = CALLER.get()
     return pairs if tenant is None else (*pairs, (TENANT_KEY, urllib.parse.quote(tenant.name, safe=" ")))
 

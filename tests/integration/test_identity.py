@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +100,21 @@ def test_grpc_trailers_say_which_call_and_whose(stack: tuple[ServerProcess, Shim
         streamed = dict(stream.trailing_metadata())
     assert (unary["x-request-id"], unary["x-sluice-tenant"]) == ("g-1", "alpha")
     assert streamed["x-sluice-tenant"] == "alpha" and len(streamed["x-request-id"]) == 16
+
+
+def test_a_long_request_id_is_clipped_in_the_trailers_not_refused(
+    stack: tuple[ServerProcess, ShimProcess],
+) -> None:
+    """300 characters once failed the call INTERNAL 'Invalid metadata': the clip marker is not ASCII."""
+    server, _ = stack
+    x = np.ones(512, np.float32)
+    tensor = pb.Tensor(name="x", dtype=pb.DATA_TYPE_FLOAT32, shape=[512], raw_contents=x.tobytes())
+    with grpc.insecure_channel(server.target) as channel:
+        answer, call = pb_grpc.InferenceServiceStub(channel).Infer.with_call(
+            pb.InferRequest(model="mlp", inputs=[tensor], request_id="r" * 300),
+            metadata=list(AUTH.items()),
+            timeout=10,
+        )
+    assert answer.request_id == "r" * 300
+    echoed = urllib.parse.unquote(str(dict(call.trailing_metadata())["x-request-id"]))
+    assert echoed.startswith("r" * 256) and "(300 chars)" in echoed
