@@ -24,5 +24,12 @@ lint: $(STAMP)
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
+# The admission, cancellation and deadline suites run a second time against two front-end processes
+# (docs/frontends.md): every server those tests start takes `--frontends 2`.
+FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_cancellation.py \
+	tests/integration/test_hostile_peers.py tests/integration/test_hostile_input.py \
+	tests/integration/test_lifecycle.py tests/integration/test_auth.py tests/integration/test_request_budget.py
+
 test: $(STAMP) proto-check lint
 	$(PY) -m pytest
+	SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider $(FRONTEND_SUITES)

@@ -12,6 +12,7 @@ import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import grpc
 import torch
@@ -32,6 +33,8 @@ from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
 from server.capacity import kv_slots, plan_capacity
 from server.config import Settings
+from server.frontends.engine import FrontendPool
+from server.grpc_options import BUSY_PORT, server_options
 from server.memory import make_probe
 from server.metrics import Metrics
 from server.reflection import enable_reflection
@@ -84,31 +87,21 @@ class SluiceServer:
         )
         self.servicer = InferenceServicer()
         self.health = HealthServicer()
-        limit = 2 * settings.max_message_bytes  # between 1x and 2x the servicer answers with ErrorInfo
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft
         # limit goes up to the hard one, and connections are capped below it.
         self.fds = raise_fd_limit()
         self.max_connections = self.fds.connection_cap(settings.max_connections)
-        self.server = grpc.aio.server(
-            interceptors=[self.interceptor],
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_allowed_incoming_connections", self.max_connections),
-                # A socket that never starts HTTP/2 holds a descriptor and a connection place: close it.
-                ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
-                # One peer cannot hold the port: streams per connection are bounded, idle connections
-                # closed, and old ones asked to reconnect (GOAWAY) with a grace long enough for a generation.
-                ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
-                ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
-                ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
-                ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
-            ],
-        )
-        pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if settings.reflection:
+        self.server: grpc.aio.Server | FrontendPool
+        if settings.frontends > 1:
+            self.server = FrontendPool(settings, self.interceptor.intercept_service)
+        else:
+            options = server_options(settings, self.max_connections, share_port=False)
+            self.server = grpc.aio.server(interceptors=[self.interceptor], options=options)
+        # The pool takes the servicers' method handlers as a grpc.aio server does (server/frontends/).
+        handlers = cast(grpc.aio.Server, self.server)
+        pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, handlers)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, handlers)
+        if settings.reflection and not isinstance(self.server, FrontendPool):  # front ends serve their own
             enable_reflection(self.server, [SERVICE, HEALTH])
         self.workers: list[ModelWorker] = []
         self.tasks: list[asyncio.Task[None]] = []
@@ -133,16 +126,17 @@ class SluiceServer:
                 "listening on %s without TLS: any peer that reaches it can call; give --tls-cert/--tls-key",
                 self.settings.host,
             )
-        try:
-            if tls is None:
-                self.port = self.server.add_insecure_port(address)
-            else:
-                self.port = self.server.add_secure_port(address, server_credentials(tls))
-        except RuntimeError as exc:  # grpc says "Failed to bind to address ..."
-            raise ValueError(
-                f"invalid setting port: cannot listen on {address}; choose a free --port, or 0"
-            ) from exc
-        await self.server.start()
+        if isinstance(self.server, FrontendPool):
+            self.port = await self.server.start()
+        else:
+            try:
+                if tls is None:
+                    self.port = self.server.add_insecure_port(address)
+                else:
+                    self.port = self.server.add_secure_port(address, server_credentials(tls))
+            except RuntimeError as exc:  # grpc says "Failed to bind to address ..."
+                raise ValueError(BUSY_PORT.format(address=address)) from exc
+            await self.server.start()
         log.info("%s; at most %d client connections", self.fds.describe(), self.max_connections)
         if self.settings.metrics_port >= 0:
             try:
@@ -284,6 +278,11 @@ class SluiceServer:
                 await self.health.set(READINESS, state)
                 current = state
             await asyncio.sleep(self.settings.probe_interval_s)
+
+    @property
+    def failed(self) -> bool:
+        """True when the server stops because a part of it died (a front end), not because it was asked."""
+        return isinstance(self.server, FrontendPool) and self.server.failed
 
     async def drain(self) -> None:
         """SIGTERM: health NOT_SERVING first, then refuse new calls (UNAVAILABLE), let in-flight calls

@@ -120,6 +120,10 @@ class Settings:
         unit="seconds",
     )
     # Transport and lifecycle.
+    frontends: int = setting(
+        1, help="gRPC front-end processes sharing the port (docs/frontends.md); 1 = this process alone",
+        unit="processes",
+    )  # fmt: skip
     max_message_bytes: int = setting(4 * 1024 * 1024, help="largest request message", unit="bytes")
     grace_s: float = setting(10.0, help="time in-flight calls get to finish on SIGTERM", unit="seconds")
     switch_interval_ms: float = setting(
@@ -138,6 +142,7 @@ class Settings:
             "--tls-cert and --tls-key go together",
         )
         _check(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca", "needs --tls-cert")
+        _check(1 <= self.frontends <= 64, "frontends", "must be 1..64")
         _check(self.max_streams_per_connection >= 1, "max_streams_per_connection", "must be >= 1")
         _check(self.max_request_bytes_in_flight >= 1, "max_request_bytes_in_flight", "must be >= 1")
         for name in ("max_connection_idle_s", "max_connection_age_s", "max_connection_age_grace_s"):

@@ -70,4 +70,4 @@ async def _serve(settings: Settings) -> int:
         loading.cancel()
     await server.drain()
     print("sluice server stopped", flush=True)
-    return 0
+    return 1 if server.failed else 0

@@ -4,6 +4,7 @@ child dies with the test run however that ends."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -68,9 +69,16 @@ def _entry(module: str, fd_limit: int | None) -> list[str]:
     ]
 
 
+# CI runs the admission, cancellation and deadline suites a second time against N front-end processes.
+FRONTENDS = os.environ.get("SLUICE_TEST_FRONTENDS")
+
+
 def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = None) -> ServerProcess:
-    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE."""
+    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE;
+    with SLUICE_TEST_FRONTENDS=N set, behind N front ends (docs/frontends.md)."""
     base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
+    if FRONTENDS and "--frontends" not in flags:
+        base += ["--frontends", FRONTENDS]
     server = ServerProcess([*base, *flags], entry=_entry("server", fd_limit), **_options("server"))
     server.wait_listening(START_TIMEOUT_S, rescan=True)
     if wait_ready:

@@ -1,0 +1,1 @@
+"""gRPC front-end processes sharing one port, and the engine side that serves their calls."""

@@ -1,0 +1,28 @@
+"""The grpc.aio server options of every process that holds the gRPC port (the server, or its front ends):
+message limits, connection caps and the connection lifetimes that keep one peer from holding the port."""
+
+from __future__ import annotations
+
+from server.config import Settings
+
+BUSY_PORT = "invalid setting port: cannot listen on {address}; choose a free --port, or 0"
+
+
+def server_options(settings: Settings, max_connections: int, *, share_port: bool) -> list[tuple[str, int]]:
+    """`share_port`: front ends bind one port together (SO_REUSEPORT); a lone server never shares it,
+    so a second server on the same port fails to bind instead of silently taking half the calls."""
+    limit = 2 * settings.max_message_bytes  # between 1x and 2x the servicer answers with ErrorInfo
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 1 if share_port else 0),
+        ("grpc.max_allowed_incoming_connections", max_connections),
+        # A socket that never starts HTTP/2 holds a descriptor and a connection place: close it.
+        ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
+        # One peer cannot hold the port: streams per connection are bounded, idle connections closed, and
+        # old ones asked to reconnect (GOAWAY) with a grace long enough for a generation.
+        ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
+        ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
+        ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
+    ]
