@@ -10,6 +10,7 @@ stops accepting data (server/admission/handlers.py wraps each method).
 from __future__ import annotations
 
 import functools
+import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,18 @@ def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
         key: value if isinstance(value, str) else value.decode("latin-1")
         for key, value in details.invocation_metadata or ()
     }
+
+
+class RequestIds:
+    """Ids for calls that name none: 16 hex digits, a random prefix per process and a counter, unique
+    without a getrandom() call per request (secrets.token_hex was 2.4% of the event loop at 5,600 calls/s)."""
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(4)
+        self._counter = itertools.count(secrets.randbits(32))
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFF:08x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +106,7 @@ class AdmissionInterceptor(_ServerInterceptor):
             timeout_s=2 * stall_timeout_s, on_stall=lambda model: metrics.write_stalled.labels(model).inc()
         )
         self._children: dict[tuple[str, str], _Instruments] = {}
+        self._request_ids = RequestIds()
         self._guarded_handlers: dict[tuple[str, int, int], grpc.RpcMethodHandler[Any, Any]] = {}
 
     async def intercept_service(
@@ -178,7 +192,7 @@ class AdmissionInterceptor(_ServerInterceptor):
             await abort(context, request.error)
             raise request.error  # abort raises; this keeps type checkers aware that nothing is held
         if not request.request_id:
-            request.request_id = secrets.token_hex(8)
+            request.request_id = self._request_ids.next()
         model = request.model
         gate = method.gates.get(model)
         tenant = CALLER.get()

@@ -152,3 +152,12 @@ async def test_an_unguarded_method_answers_unparsable_bytes_with_invalid_argumen
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await get_model(b"\x0a", timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_generated_request_ids_are_16_hex_digits_and_unique() -> None:
+    from server.admission.interceptor import RequestIds
+
+    ids = RequestIds()
+    drawn = [ids.next() for _ in range(10_000)]
+    assert len(set(drawn)) == len(drawn)
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in drawn)
