@@ -1,9 +1,14 @@
 """The one channel policy, shared by the sync and asyncio clients and the shim: keepalive, message size,
-reconnect back-off and retry policy.
+reconnect back-off, retry policy, and balancing over replicas.
 
 Retries follow AIP-194: the channel's service config retries only UNAVAILABLE, and only for the safe
-unary methods. Generate is never retried, because a stream that already produced tokens cannot be
-replayed without duplicating them.
+unary methods, after the server's pushback (`grpc-retry-pushback-ms`) where it sends one. Generate is
+never retried, because a stream that already produced tokens cannot be replayed without duplicating them.
+
+A target naming several replicas (clients/targets.py) is balanced round_robin over those whose
+`sluice.readiness` health service says SERVING (gRPC's client-side health checking): a replica that is
+full, breaker-open or draining stops receiving new calls. One server is never health-checked by the
+channel: its own refusal (QUEUE_FULL with a retry delay) says more than a channel with no ready backend.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from clients.targets import resolve_target
+
 __all__ = [
     "SERVICE_NAME",
     "ChannelSettings",
@@ -29,6 +36,7 @@ __all__ = [
 ]
 
 SERVICE_NAME = "sluice.inference.v1.InferenceService"
+READINESS_SERVICE = "sluice.readiness"
 _RETRIED_METHODS = ("Infer", "ListModels", "GetModel")
 
 ChannelOption = tuple[str, str | int]
@@ -40,9 +48,11 @@ class ChannelSettings:
 
     # Tensors of a few MiB are routine; the gRPC default of 4 MiB is too tight for them.
     max_message_bytes: int = 64 * 1024 * 1024
-    # Pings find a dead peer behind a silent load balancer during long generations.
-    keepalive_time_s: float = 30.0
-    keepalive_timeout_s: float = 10.0
+    # Pings find a replica that stopped answering (a frozen process, a vanished host) while calls are in
+    # flight: a stream on it ends UNAVAILABLE within time + timeout instead of hanging. The server allows
+    # pings this often (server/grpc_options.py).
+    keepalive_time_s: float = 10.0
+    keepalive_timeout_s: float = 5.0
     retry_max_attempts: int = 4
     retry_initial_backoff_s: float = 0.1
     retry_max_backoff_s: float = 2.0
@@ -67,9 +77,10 @@ class ChannelSettings:
             raise ValueError(f"reconnect_backoff_s must be positive, got {self.reconnect_backoff_s}")
 
 
-def service_config(settings: ChannelSettings) -> str:
-    """The service config JSON: retry UNAVAILABLE for the unary methods, nothing for Generate."""
-    config = {
+def service_config(settings: ChannelSettings, *, balanced: bool = False) -> str:
+    """The service config JSON: retry UNAVAILABLE for the unary methods, nothing for Generate; over
+    several replicas, round_robin among the healthy ones."""
+    config: dict[str, Any] = {
         "methodConfig": [
             {
                 "name": [{"service": SERVICE_NAME, "method": method} for method in _RETRIED_METHODS],
@@ -83,10 +94,13 @@ def service_config(settings: ChannelSettings) -> str:
             }
         ]
     }
+    if balanced:
+        config["loadBalancingConfig"] = [{"round_robin": {}}]
+        config["healthCheckConfig"] = {"serviceName": READINESS_SERVICE}
     return json.dumps(config)
 
 
-def channel_options(settings: ChannelSettings) -> list[ChannelOption]:
+def channel_options(settings: ChannelSettings, *, balanced: bool = False) -> list[ChannelOption]:
     """The grpc channel arguments for `settings`, identical for sync and aio channels."""
     backoff_ms = max(1, int(settings.reconnect_backoff_s * 1000))
     return [
@@ -101,8 +115,10 @@ def channel_options(settings: ChannelSettings) -> list[ChannelOption]:
         ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
         # Idle connections are not pinged: servers count such pings as abuse and send GOAWAY.
         ("grpc.keepalive_permit_without_calls", 0),
+        # A call queued on the server sends no data for a while: keep pinging it (gRPC stops after 2).
+        ("grpc.http2.max_pings_without_data", 0),
         ("grpc.enable_retries", 1),
-        ("grpc.service_config", service_config(settings)),
+        ("grpc.service_config", service_config(settings, balanced=balanced)),
     ]
 
 
@@ -123,11 +139,12 @@ def tls_credentials(
 def open_channel(
     target: str, settings: ChannelSettings, credentials: grpc.ChannelCredentials | None
 ) -> grpc.Channel:
-    """A sync channel to `target`, TLS when `credentials` are given."""
-    options = channel_options(settings)
+    """A sync channel to `target` (clients/targets.py), TLS when `credentials` are given."""
+    resolved = resolve_target(target)
+    options = channel_options(settings, balanced=resolved.balanced)
     if credentials is None:
-        return grpc.insecure_channel(target, options=options)
-    return grpc.secure_channel(target, credentials, options=options)
+        return grpc.insecure_channel(resolved.grpc_target, options=options)
+    return grpc.secure_channel(resolved.grpc_target, credentials, options=options)
 
 
 def open_aio_channel(
@@ -136,11 +153,12 @@ def open_aio_channel(
     credentials: grpc.ChannelCredentials | None,
     interceptors: Sequence[Any] | None = None,  # aio.ClientInterceptor (its stubs are partial)
 ) -> aio.Channel:
-    """An asyncio channel to `target`, TLS when `credentials` are given."""
-    options = channel_options(settings)
+    """An asyncio channel to `target` (clients/targets.py), TLS when `credentials` are given."""
+    resolved = resolve_target(target)
+    options = channel_options(settings, balanced=resolved.balanced)
     if credentials is None:
-        return aio.insecure_channel(target, options=options, interceptors=interceptors)
-    return aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
+        return aio.insecure_channel(resolved.grpc_target, options=options, interceptors=interceptors)
+    return aio.secure_channel(resolved.grpc_target, credentials, options=options, interceptors=interceptors)
 
 
 def check_timeout(timeout: float | None) -> float | None:

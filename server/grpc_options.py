@@ -25,4 +25,8 @@ def server_options(settings: Settings, max_connections: int, *, share_port: bool
         ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
         ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
+        # Clients ping every 10 s while calls are in flight to find a replica that stopped answering
+        # (clients/channel.py); gRPC's default (5 min without data) would answer a queued call's pings
+        # with GOAWAY too_many_pings.
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ]

@@ -17,7 +17,11 @@ _MIB = 1 << 20
 class ShimSettings:
     """Everything the shim needs, decided once at start-up and passed down."""
 
-    upstream: str = setting("127.0.0.1:50051", help="gRPC server target", unit="host:port")
+    upstream: str = setting(
+        "127.0.0.1:50051",
+        help="gRPC server target: host:port, replicas as host:port,host:port, or dns:///name:port",
+        unit="target",
+    )
     upstream_ca: str | None = setting(
         None, help="PEM CA the upstream server's certificate chains to; TLS to the upstream when set",
         shown="plaintext",
