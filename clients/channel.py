@@ -117,6 +117,9 @@ def channel_options(settings: ChannelSettings, *, balanced: bool = False) -> lis
         ("grpc.keepalive_permit_without_calls", 0),
         # A call queued on the server sends no data for a while: keep pinging it (gRPC stops after 2).
         ("grpc.http2.max_pings_without_data", 0),
+        # Any ping unanswered this long ends the transport. gRPC's own waits 60 s, and a flow-control (BDP)
+        # ping already in flight holds the keepalive ping back: a frozen replica's stream hung 60 s.
+        ("grpc.http2.ping_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
         ("grpc.enable_retries", 1),
         ("grpc.service_config", service_config(settings, balanced=balanced)),
     ]

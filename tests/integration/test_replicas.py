@@ -112,3 +112,28 @@ def test_the_shim_balances_over_replicas(replicas: list[ServerProcess]) -> None:
         shim.terminate()
     counts = [admitted(server) for server in replicas]
     assert min(counts) >= 10, counts
+
+
+def test_a_replica_that_stops_answering_ends_its_stream_within_the_keepalive(
+    replicas: list[ServerProcess],
+) -> None:
+    """A frozen process (SIGSTOP: its sockets stay open, nothing answers) is found by the channel's pings:
+    the stream ends UNAVAILABLE within keepalive time + timeout (10 + 5 s). Before the channel bounded
+    every ping's wait, a flow-control ping sent as the replica froze held the stream 60 s."""
+    import time
+
+    with SluiceClient(both(replicas), timeout=120) as client:
+        stream = iter(client.generate("byte-lm", "hello", max_tokens=900, ignore_eos=True))
+        next(stream)
+        frozen = next(s for s in replicas if in_flight(s))
+        frozen.proc.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            with pytest.raises(SluiceError) as ended:
+                for _ in stream:
+                    pass
+            waited = time.monotonic() - started
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+    assert ended.value.code == grpc.StatusCode.UNAVAILABLE
+    assert waited < 20, waited
