@@ -212,12 +212,22 @@ async def _serve(address: str, settings: Settings, link: EngineLink) -> int:
         return 2
     await server.start()
     link.reader.send((LISTENING, 0, port, ""))
+    # A signal to the whole process group (Ctrl-C, systemd's control-group kill) reaches the front ends
+    # too; they leave the drain to the engine, which stops them once its calls are done (SHUTDOWN). An
+    # engine that dies closes the socket, which ends this process (and the kernel sends SIGTERM anyway).
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, link.closed.set)
+        loop.add_signal_handler(sig, _leave_to_engine, link)
     await link.closed.wait()
     log.info("front end %d stopping: %.1f s for the calls it still carries", os.getpid(), link.grace_s)
     await server.stop(link.grace_s)
     return 0
+
+
+def _leave_to_engine(link: EngineLink) -> None:
+    if link.reader.transport is None or link.reader.transport.is_closing():
+        link.closed.set()  # no engine to wait for
+    else:
+        log.info("front end %d: the engine drains; waiting for its word", os.getpid())
 
 
 def _die_with(parent: int) -> None:

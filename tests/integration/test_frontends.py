@@ -95,3 +95,24 @@ def test_a_busy_port_is_one_line_and_exit_2(shared: bool) -> None:
         assert len(lines) == 1 and lines[0].startswith(
             f"sluice serve: invalid setting port: cannot listen on 127.0.0.1:{port}"
         ), lines
+
+
+def test_a_signal_to_the_whole_process_group_still_drains_through_the_engine() -> None:
+    """Ctrl-C reaches every process of the group: the front ends keep carrying the engine's open stream
+    until it ends, instead of cutting it."""
+    server = start_server("--frontends", "2", "--models", "byte-lm", "--grace-s", "30")
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = pb_grpc.InferenceServiceStub(channel)
+            request = pb.GenerateRequest(
+                model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=300, ignore_eos=True)
+            )
+            stream = stub.Generate(request, timeout=60)
+            next(stream)
+            for process in [psutil.Process(server.proc.pid), *front_ends(server)]:
+                process.send_signal(signal.SIGTERM)
+            replies = list(stream)
+        assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH and len(replies) >= 299
+        assert server.proc.wait(timeout=60) == 0, server.diagnostics()
+    finally:
+        server.terminate()
