@@ -129,8 +129,14 @@ async def run_call(intercept: Intercept, table: MethodTable, context: RemoteCont
             return
         produced = handler.unary_stream(request, context)
         if inspect.isasyncgen(produced):
-            async for message in produced:
-                await context.send_message(serialize(message))
+            try:
+                async for message in produced:
+                    await context.send_message(serialize(message))
+            finally:
+                # A call cancelled while its message waits for the window leaves the generator suspended
+                # at its yield: closing it runs its finally (the slot's release) now, not when it is
+                # collected (the cancellation storm found slots held by callers long gone).
+                await produced.aclose()
         else:  # a stream written through context.write (health's Watch)
             await produced
         context.finish(0)

@@ -110,3 +110,28 @@ def test_the_deadline_is_the_front_ends_absolute_one() -> None:
     assert remaining is not None and 4 < remaining <= 5
     assert _context("X", [], deadline=time.monotonic() - 1).time_remaining() == 0.0
     assert _context("X", []).time_remaining() is None
+
+
+def test_a_stream_cancelled_at_its_window_closes_its_generator_at_once() -> None:
+    """Its finally (where a guarded stream releases its slot) runs as the call is cancelled."""
+    released: list[bool] = []
+
+    async def holding(request: bytes, context: Any) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"."
+        finally:
+            released.append(True)
+
+    async def scenario() -> None:
+        context = _context("Holding", [])
+        table = _table(Holding=grpc.unary_stream_rpc_method_handler(holding))
+        call = asyncio.create_task(run_call(_through, table, context, b""))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert context.unacked == STREAM_WINDOW and not released  # blocked on the window
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        assert released == [True]
+
+    asyncio.run(scenario())
