@@ -10,7 +10,6 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -23,23 +22,18 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from process.access_log import AccessLog
 from process.limits import raise_fd_limit
-from server.admission.breaker import MemoryBreaker
+from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
 from server.admission.reader import GuardedMethod
-from server.batching.continuous import ContinuousScheduler
-from server.batching.dynamic import DynamicBatcher
-from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
-from server.capacity import kv_slots, plan_capacity
 from server.config import Settings
 from server.frontends.engine import FrontendPool
 from server.grpc_options import BUSY_PORT, server_options
-from server.memory import make_probe
 from server.metrics import Metrics
+from server.placement import DevicePlacement, breaker_for, place
 from server.reflection import enable_reflection
-from server.runtimes.base import GenerativeModel, TensorModel
-from server.runtimes.registry import build_models, resolve_device
+from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
 from server.tenants import Keys
 from server.tls import is_loopback, server_credentials
@@ -66,18 +60,16 @@ class SluiceServer:
         # event loop; CPython makes a waiting thread wait a whole switch interval (5 ms) before it may
         # ask, which on a batch-32 MLP cost more than the forward itself (bench/admission.py).
         sys.setswitchinterval(settings.switch_interval_ms / 1000)
-        self.device = resolve_device(settings.device)
+        self.devices = [resolve_device(d) for d in settings.devices or (settings.device,)]
+        self.device = self.devices[0]
         self.metrics = Metrics()
-        budget = settings.memory_budget_mb * 1024 * 1024
-        self.breaker = MemoryBreaker(
-            make_probe(settings.memory_probe, self.device, budget),
-            high=settings.high_watermark,
-            low=settings.low_watermark,
-            interval_s=settings.probe_interval_s,
-        )
+        # One memory breaker per device; with one device admission refuses on it directly, with several
+        # each model's DeviceGates skips the devices whose breaker is open.
+        self.placements = [DevicePlacement(device, breaker_for(settings, device)) for device in self.devices]
+        self.breaker = self.placements[0].breaker
         self.interceptor = AdmissionInterceptor(
             _methods({}, {}),
-            breaker=self.breaker,
+            breaker=self.breaker if len(self.placements) == 1 else None,
             metrics=self.metrics,
             max_message_bytes=settings.max_message_bytes,
             stall_timeout_s=settings.stall_timeout_s,
@@ -159,32 +151,19 @@ class SluiceServer:
         )
 
     async def load(self) -> None:
-        """Loads and warms the models, then admits calls and reports SERVING."""
-        self.tasks.append(asyncio.create_task(self.breaker.run(), name="memory-breaker"))
+        """Loads and warms the models on every device, then admits calls and reports SERVING."""
         self.tasks.append(asyncio.create_task(self.interceptor.watchdog.run(), name="write-watchdog"))
-        models = await asyncio.to_thread(build_models, self.settings, self.device)
-        batchers: dict[str, DynamicBatcher] = {}
-        schedulers: dict[str, ContinuousScheduler] = {}
-        # One gate per model, as Triton has a queue per model: one model's load never takes another's slots.
-        infer_gates: dict[str, AdmissionGate] = {}
-        generate_gates: dict[str, AdmissionGate] = {}
-        for model in models:
-            name = model.descriptor.name
-            worker = ModelWorker(name)
-            self.workers.append(worker)
-            if isinstance(model, TensorModel):
-                batchers[name], slots = await self._start_tensor_model(model, worker)
-                infer_gates[name] = AdmissionGate(
-                    f"Infer {name}", slots=slots, max_waiting=self.settings.max_queue
-                )
-            else:
-                schedulers[name] = await self._start_generative_model(model, worker)
-                generate_gates[name] = AdmissionGate(
-                    f"Generate {name}",
-                    slots=schedulers[name].pool.capacity,
-                    max_waiting=self.settings.max_queue,
-                )
-        self.servicer.install(batchers, schedulers)
+        for placement in self.placements:
+            await place(self.settings, placement, self.metrics)
+            self.tasks += placement.tasks
+            self.workers += placement.workers
+        first = self.placements[0]
+        self.servicer.install(
+            {name: [p.batchers[name] for p in self.placements] for name in first.batchers},
+            {name: [p.schedulers[name] for p in self.placements] for name in first.schedulers},
+        )
+        infer_gates = self._gates("Infer", [p.infer_gates for p in self.placements])
+        generate_gates = self._gates("Generate", [p.generate_gates for p in self.placements])
         self.interceptor.methods = _methods(infer_gates, generate_gates)
         for method, gates in (("Infer", infer_gates), ("Generate", generate_gates)):
             for name, gate in gates.items():
@@ -200,66 +179,23 @@ class SluiceServer:
         for name in ("", SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         print(
-            f"sluice server ready: {', '.join(sorted(self.servicer.models))} on {self.device} "
+            f"sluice server ready: {', '.join(sorted(self.servicer.models))} on "
+            f"{','.join(str(d) for d in self.devices)} "
             f"(torch threads {self.torch_threads})",
             flush=True,
         )
 
-    async def _start_tensor_model(
-        self, model: TensorModel, worker: ModelWorker
-    ) -> tuple[DynamicBatcher, int]:
-        """The model's batcher, and its admission slots (--max-concurrency, else what memory allows)."""
-        plan = await worker.run(plan_capacity, model, self.settings, self.breaker.probe)
-        log.info("capacity for %s: %s", model.descriptor.name, plan.explain())
-        await worker.run(model.warmup, self.settings.warmup_steps)
-        batcher = DynamicBatcher(
-            model,
-            worker,
-            max_batch_size=min(self.settings.max_batch_size, plan.max_batch_size),
-            max_delay_s=self.settings.max_delay_ms / 1000,
-            breaker=self.breaker,
-            metrics=self.metrics,
-        )
-        self.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
-        return batcher, self.settings.max_concurrency or plan.max_concurrency
-
-    async def _start_generative_model(
-        self, model: GenerativeModel, worker: ModelWorker
-    ) -> ContinuousScheduler:
-        s = self.settings
-        context = min(s.context_length, model.descriptor.limits.context_length or s.context_length)
-        slots, why = kv_slots(model, s, context, self.breaker.probe.read())
-        cache = await worker.run(model.allocate_cache, slots, context)
-        if slots != model.descriptor.limits.max_concurrent_sequences:  # the listing says what memory allowed
-            limits = replace(model.descriptor.limits, max_batch_size=slots, max_concurrent_sequences=slots)
-            model.descriptor = replace(model.descriptor, limits=limits)
-        log.info(
-            "KV cache for %s: %d slots x %d tokens = %.1f MiB (%s)",
-            model.descriptor.name,
-            slots,
-            context,
-            cache / 2**20,
-            why,
-        )
-        scheduler = ContinuousScheduler(
-            model,
-            worker,
-            max_sequences=slots,
-            prefill_chunk_tokens=s.prefill_chunk_tokens or (512 if model.device.type == "cuda" else 32),
-            limits=RequestLimits(
-                context_length=context,
-                default_max_tokens=s.default_max_tokens,
-                max_stop_sequences=s.max_stop_sequences,
-                max_stop_chars=s.max_stop_chars,
-            ),
-            stream_buffer=s.stream_buffer,
-            stall_timeout_s=s.stall_timeout_s,
-            breaker=self.breaker,
-            metrics=self.metrics,
-        )
-        await worker.run(_warm_generative, model, s.warmup_steps, slots)
-        self.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
-        return scheduler
+    def _gates(
+        self, method: str, per_device: list[dict[str, AdmissionGate]]
+    ) -> dict[str, AdmissionGate | DeviceGates]:
+        """Each model's gate: its one device's, or all its devices' as one (least-loaded device first)."""
+        if len(per_device) == 1:
+            return dict(per_device[0])
+        breakers = [p.breaker for p in self.placements]
+        return {
+            name: DeviceGates(f"{method} {name}", [gates[name] for gates in per_device], breakers)
+            for name in per_device[0]
+        }
 
     async def _track_readiness(self) -> None:
         """Readiness follows the breaker and the queues; liveness never does (a restart would lose work)."""
@@ -272,7 +208,9 @@ class SluiceServer:
             self.metrics.memory_reserved.labels(self.breaker.probe.name).set(reading.reserved_bytes)
             self.metrics.memory_budget.labels(self.breaker.probe.name).set(reading.budget_bytes)
             self.metrics.breaker_open.set(1 if self.breaker.is_open else 0)
-            busy = self.breaker.is_open or any(gate.is_full() for gate in self.interceptor.gates)
+            # Ready while any device takes work: DeviceGates is full only when every device is.
+            breakers_open = all(p.breaker.is_open for p in self.placements)
+            busy = breakers_open or any(gate.is_full() for gate in self.interceptor.gates)
             state = not_serving if busy or self.interceptor.draining else serving
             if state != current:
                 await self.health.set(READINESS, state)
@@ -295,8 +233,9 @@ class SluiceServer:
         self.interceptor.draining = True
         # Streams still running before the grace period ends get a clean final message, early enough for it
         # to reach a peer that reads slowly: it waits behind what the peer's window still holds back.
-        for scheduler in self.servicer.schedulers.values():
-            scheduler.begin_drain(grace - min(grace / 2, _DRAIN_FLUSH_S))
+        for replicas in self.servicer.schedulers.values():
+            for scheduler in replicas:
+                scheduler.begin_drain(grace - min(grace / 2, _DRAIN_FLUSH_S))
         gates_idle = asyncio.gather(*(gate.idle.wait() for gate in self.interceptor.gates))
         try:
             await asyncio.wait_for(gates_idle, grace)
@@ -331,7 +270,8 @@ def _check_free(host: str, port: int) -> None:
 
 
 def _methods(
-    infer_gates: dict[str, AdmissionGate], generate_gates: dict[str, AdmissionGate]
+    infer_gates: dict[str, AdmissionGate | DeviceGates],
+    generate_gates: dict[str, AdmissionGate | DeviceGates],
 ) -> dict[str, GuardedMethod]:
     return {
         _INFER: GuardedMethod(
@@ -341,17 +281,3 @@ def _methods(
             "Generate", pb.GenerateRequest.DESCRIPTOR, generate_gates, dict.fromkeys(infer_gates, "Infer")
         ),
     }
-
-
-def _warm_generative(model: GenerativeModel, steps: int, slots: int) -> None:
-    """Runs prefill and decode once alone and once with every slot in the batch, so the first real requests
-    do not pay for lazy initialisation and the allocator's high-water mark is reached before serving (a
-    full first batch grew the server's RSS by up to ~50 MB in the slow-client storm otherwise)."""
-    for _ in range(steps):
-        for batch in sorted({1, slots}):
-            prompts = [(slot, [1, 2, 3, 4]) for slot in range(batch)]
-            logits = model.prefill_many(prompts)
-            tokens = logits.argmax(dim=-1)
-            model.decode(list(range(batch)), tokens, torch.full((batch,), 4, device=model.device))
-            for slot in range(batch):
-                model.release(slot)

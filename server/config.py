@@ -48,6 +48,12 @@ class Settings:
         (), help="Hugging Face causal LMs as NAME=DIR (a save_pretrained directory), served by that NAME"
     )
     device: str = setting("auto", help="auto, cpu, cuda or cuda:N")
+    devices: tuple[str, ...] | None = setting(
+        None,
+        help="one replica of every model on each of these devices, comma-separated (cuda:0,cuda:1; cpu,cpu "
+        "in tests); each gets its own slots and memory breaker, and a call goes to the least loaded",
+        shown="--device alone",
+    )
     dtype: str = setting(
         "auto",
         help="weights and KV cache of Hugging Face generative models: auto, float32, bfloat16 or float16",
@@ -163,6 +169,11 @@ class Settings:
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             "device",
             "must be auto, cpu, cuda or cuda:N",
+        )
+        _check(
+            self.devices is None or all(d in ("cpu", "cuda") or d.startswith("cuda:") for d in self.devices),
+            "devices",
+            "each must be cpu, cuda or cuda:N",
         )
         _check(
             self.dtype in ("auto", "float32", "bfloat16", "float16"),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from server.admission.devices import CHOSEN
 from server.admission.handlers import ADMISSION_WAIT, abort
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
@@ -22,26 +23,30 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
     def __init__(self) -> None:
-        self.batchers: dict[str, DynamicBatcher] = {}
-        self.schedulers: dict[str, ContinuousScheduler] = {}
+        # A model's replicas, one per device, in the order of DeviceGates' gates (admission picks one).
+        self.batchers: dict[str, list[DynamicBatcher]] = {}
+        self.schedulers: dict[str, list[ContinuousScheduler]] = {}
         self.models: dict[str, pb.ModelInfo] = {}
 
     def install(
-        self, batchers: Mapping[str, DynamicBatcher], schedulers: Mapping[str, ContinuousScheduler]
+        self,
+        batchers: Mapping[str, Sequence[DynamicBatcher]],
+        schedulers: Mapping[str, Sequence[ContinuousScheduler]],
     ) -> None:
         """Called once the models are loaded; until then the interceptor refuses with NOT_READY."""
-        self.batchers = dict(batchers)
-        self.schedulers = dict(schedulers)
-        descriptors: list[ModelDescriptor] = [b.model.descriptor for b in self.batchers.values()]
-        descriptors += [s.model.descriptor for s in self.schedulers.values()]
+        self.batchers = {name: list(replicas) for name, replicas in batchers.items()}
+        self.schedulers = {name: list(replicas) for name, replicas in schedulers.items()}
+        descriptors: list[ModelDescriptor] = [b[0].model.descriptor for b in self.batchers.values()]
+        descriptors += [s[0].model.descriptor for s in self.schedulers.values()]
         self.models = {d.name: encode_model(d) for d in sorted(descriptors, key=lambda d: d.name)}
 
     async def Infer(self, request: pb.InferRequest, context: Context) -> pb.InferResponse:
         try:
             item = decode_infer(request)
-            batcher = self.batchers.get(item.model)
-            if batcher is None:
+            replicas = self.batchers.get(item.model)
+            if replicas is None:
                 raise ModelNotFound(item.model, list(self.batchers))
+            batcher = replicas[CHOSEN.get()]
             batcher.model.validate(item.inputs)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
@@ -56,9 +61,10 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     ) -> AsyncIterator[pb.GenerateResponse]:
         try:
             spec = decode_generate(request)
-            scheduler = self.schedulers.get(spec.model)
-            if scheduler is None:
+            replicas = self.schedulers.get(spec.model)
+            if replicas is None:
                 raise ModelNotFound(spec.model, list(self.schedulers))
+            scheduler = replicas[CHOSEN.get()]
             seq = scheduler.submit(spec)
         except SluiceError as error:
             await abort(context, error)

@@ -126,6 +126,10 @@ class AdmissionGate:
             raise
         return self._clock() - start
 
+    def held_gate(self) -> AdmissionGate:
+        """The gate an admitted call holds and releases: this one (DeviceGates answers one of its own)."""
+        return self
+
     def release(self, held_s: float) -> None:
         now = self._clock()
         self._service_s += _EWMA * (held_s - self._service_s) if self._service_s else held_s

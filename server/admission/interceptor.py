@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from process.access_log import AccessLog
 from server.admission.breaker import MemoryBreaker
+from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.handlers import (
     ADMISSION_WAIT,
@@ -135,7 +136,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         return wrapped
 
     @property
-    def gates(self) -> list[AdmissionGate]:
+    def gates(self) -> list[AdmissionGate | DeviceGates]:
         return [gate for method in self.methods.values() for gate in method.gates.values()]
 
     def refusal(self, method: GuardedMethod, model: str) -> SluiceError | None:
@@ -226,10 +227,11 @@ class AdmissionInterceptor(_ServerInterceptor):
         instruments.in_flight.inc()
         instruments.queue_wait.observe(waited)
         ADMISSION_WAIT.set(waited)
+        held = gate.held_gate()  # with several devices, the one this call was admitted on
         if tenant is None:
-            return Slot(gate, instruments.in_flight)
+            return Slot(held, instruments.in_flight)
         self.metrics.tenant_calls.labels(tenant.name, "admitted").inc()
-        return Slot(gate, instruments.in_flight, functools.partial(tenant.release, model))
+        return Slot(held, instruments.in_flight, functools.partial(tenant.release, model))
 
     def _instruments(self, model: str, method: str) -> _Instruments:
         """Labelled metric children, resolved once per served (model, method) rather than per request."""

@@ -13,6 +13,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 
+from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.codec.wire import find_invalid_utf8, last_string_field
 from server.errors import InvalidArgument, Overloaded, RequestTooLarge, SluiceError
@@ -25,7 +26,7 @@ class GuardedMethod:
 
     name: str
     request: Descriptor
-    gates: dict[str, AdmissionGate] = field(default_factory=dict)
+    gates: dict[str, AdmissionGate | DeviceGates] = field(default_factory=dict)
     elsewhere: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -1,0 +1,144 @@
+"""Placement: one replica of every model on one device (`--devices`: one each), with what that replica owns
+alone: its memory breaker, its model threads, its batchers and schedulers, and its admission gates sized
+by what that device's memory allows. The server starts one DevicePlacement per device."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from server.admission.breaker import MemoryBreaker
+from server.admission.gate import AdmissionGate
+from server.batching.continuous import ContinuousScheduler
+from server.batching.dynamic import DynamicBatcher
+from server.batching.requests import RequestLimits
+from server.batching.worker import ModelWorker
+from server.capacity import kv_slots, plan_capacity
+from server.config import Settings
+from server.memory import make_probe
+from server.metrics import Metrics
+from server.runtimes.base import GenerativeModel, TensorModel
+from server.runtimes.registry import build_models
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DevicePlacement:
+    device: torch.device
+    breaker: MemoryBreaker
+    workers: list[ModelWorker] = field(default_factory=list)
+    batchers: dict[str, DynamicBatcher] = field(default_factory=dict)
+    schedulers: dict[str, ContinuousScheduler] = field(default_factory=dict)
+    # One gate per model, as Triton has a queue per model: one model's load never takes another's slots.
+    infer_gates: dict[str, AdmissionGate] = field(default_factory=dict)
+    generate_gates: dict[str, AdmissionGate] = field(default_factory=dict)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def breaker_for(settings: Settings, device: torch.device) -> MemoryBreaker:
+    budget = settings.memory_budget_mb * 1024 * 1024
+    return MemoryBreaker(
+        make_probe(settings.memory_probe, device, budget),
+        high=settings.high_watermark,
+        low=settings.low_watermark,
+        interval_s=settings.probe_interval_s,
+    )
+
+
+async def place(settings: Settings, placement: DevicePlacement, metrics: Metrics) -> None:
+    """Loads, sizes and warms every model on the placement's device and starts its batchers."""
+    placement.tasks.append(asyncio.create_task(placement.breaker.run(), name=f"breaker-{placement.device}"))
+    models = await asyncio.to_thread(build_models, settings, placement.device)
+    for model in models:
+        name = model.descriptor.name
+        worker = ModelWorker(name)
+        placement.workers.append(worker)
+        if isinstance(model, TensorModel):
+            placement.batchers[name], slots = await _start_tensor_model(
+                settings, placement, model, worker, metrics
+            )
+            placement.infer_gates[name] = AdmissionGate(
+                f"Infer {name}", slots=slots, max_waiting=settings.max_queue
+            )
+        else:
+            scheduler = await _start_generative_model(settings, placement, model, worker, metrics)
+            placement.schedulers[name] = scheduler
+            placement.generate_gates[name] = AdmissionGate(
+                f"Generate {name}", slots=scheduler.pool.capacity, max_waiting=settings.max_queue
+            )
+
+
+async def _start_tensor_model(
+    settings: Settings, placement: DevicePlacement, model: TensorModel, worker: ModelWorker, metrics: Metrics
+) -> tuple[DynamicBatcher, int]:
+    """The model's batcher, and its admission slots (--max-concurrency, else what memory allows)."""
+    plan = await worker.run(plan_capacity, model, settings, placement.breaker.probe)
+    log.info("capacity for %s on %s: %s", model.descriptor.name, placement.device, plan.explain())
+    await worker.run(model.warmup, settings.warmup_steps)
+    batcher = DynamicBatcher(
+        model,
+        worker,
+        max_batch_size=min(settings.max_batch_size, plan.max_batch_size),
+        max_delay_s=settings.max_delay_ms / 1000,
+        breaker=placement.breaker,
+        metrics=metrics,
+    )
+    placement.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
+    return batcher, settings.max_concurrency or plan.max_concurrency
+
+
+async def _start_generative_model(
+    s: Settings, placement: DevicePlacement, model: GenerativeModel, worker: ModelWorker, metrics: Metrics
+) -> ContinuousScheduler:
+    context = min(s.context_length, model.descriptor.limits.context_length or s.context_length)
+    slots, why = kv_slots(model, s, context, placement.breaker.probe.read())
+    cache = await worker.run(model.allocate_cache, slots, context)
+    if slots != model.descriptor.limits.max_concurrent_sequences:  # the listing says what memory allowed
+        limits = replace(model.descriptor.limits, max_batch_size=slots, max_concurrent_sequences=slots)
+        model.descriptor = replace(model.descriptor, limits=limits)
+    log.info(
+        "KV cache for %s on %s: %d slots x %d tokens = %.1f MiB (%s)",
+        model.descriptor.name,
+        placement.device,
+        slots,
+        context,
+        cache / 2**20,
+        why,
+    )
+    scheduler = ContinuousScheduler(
+        model,
+        worker,
+        max_sequences=slots,
+        prefill_chunk_tokens=s.prefill_chunk_tokens or (512 if model.device.type == "cuda" else 32),
+        limits=RequestLimits(
+            context_length=context,
+            default_max_tokens=s.default_max_tokens,
+            max_stop_sequences=s.max_stop_sequences,
+            max_stop_chars=s.max_stop_chars,
+        ),
+        stream_buffer=s.stream_buffer,
+        stall_timeout_s=s.stall_timeout_s,
+        breaker=placement.breaker,
+        metrics=metrics,
+    )
+    await worker.run(_warm_generative, model, s.warmup_steps, slots)
+    placement.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
+    return scheduler
+
+
+def _warm_generative(model: GenerativeModel, steps: int, slots: int) -> None:
+    """Runs prefill and decode once alone and once with every slot in the batch, so the first real requests
+    do not pay for lazy initialisation and the allocator's high-water mark is reached before serving (a
+    full first batch grew the server's RSS by up to ~50 MB in the slow-client storm otherwise)."""
+    for _ in range(steps):
+        for batch in sorted({1, slots}):
+            prompts = [(slot, [1, 2, 3, 4]) for slot in range(batch)]
+            logits = model.prefill_many(prompts)
+            tokens = logits.argmax(dim=-1)
+            model.decode(list(range(batch)), tokens, torch.full((batch,), 4, device=model.device))
+            for slot in range(batch):
+                model.release(slot)
