@@ -65,7 +65,15 @@ class SluiceServer:
         self.metrics = Metrics()
         # One memory breaker per device; with one device admission refuses on it directly, with several
         # each model's DeviceGates skips the devices whose breaker is open.
-        self.placements = [DevicePlacement(device, breaker_for(settings, device)) for device in self.devices]
+        named = [str(d) for d in self.devices]
+        self.placements = [
+            DevicePlacement(
+                device,
+                breaker_for(settings, device, i, len(self.devices)),
+                named[i] if named.count(named[i]) == 1 else f"{named[i]}#{i}",
+            )
+            for i, device in enumerate(self.devices)
+        ]
         self.breaker = self.placements[0].breaker
         self.interceptor = AdmissionInterceptor(
             _methods({}, {}),
@@ -207,9 +215,11 @@ class SluiceServer:
             self.metrics.memory_used.labels(self.breaker.probe.name).set(reading.used_bytes)
             self.metrics.memory_reserved.labels(self.breaker.probe.name).set(reading.reserved_bytes)
             self.metrics.memory_budget.labels(self.breaker.probe.name).set(reading.budget_bytes)
-            self.metrics.breaker_open.set(1 if self.breaker.is_open else 0)
+            for placement in self.placements:
+                self.metrics.device_breaker_open.labels(placement.label).set(int(placement.breaker.is_open))
             # Ready while any device takes work: DeviceGates is full only when every device is.
             breakers_open = all(p.breaker.is_open for p in self.placements)
+            self.metrics.breaker_open.set(1 if breakers_open else 0)
             busy = breakers_open or any(gate.is_full() for gate in self.interceptor.gates)
             state = not_serving if busy or self.interceptor.draining else serving
             if state != current:

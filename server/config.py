@@ -90,7 +90,9 @@ class Settings:
     handshake_timeout_s: float = setting(
         10.0, help="a connection that has not started HTTP/2 by then is closed", unit="seconds"
     )
-    memory_probe: str = setting("auto", help="auto, host, cuda or fake:PATH (tests)")
+    memory_probe: str = setting(
+        "auto", help="auto, host, cuda or fake:PATH (tests; with --devices, device N reads PATH.N)"
+    )
     memory_budget_mb: int = setting(0, help="memory the breaker and capacity plan count; 0 = all", unit="MiB")
     high_watermark: float = setting(0.92, help="the memory breaker opens at this used fraction")
     low_watermark: float = setting(0.85, help="the memory breaker closes at this used fraction")

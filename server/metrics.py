@@ -60,17 +60,18 @@ class Metrics:
             buckets=_LATENCY,
             registry=r,
         )
+        # By device too: with --devices each replica of a model computes on its own.
         self.compute = Histogram(
             "sluice_compute_seconds",
             "Forward pass time per batch or decode step.",
-            mm,
+            [*mm, "device"],
             buckets=_LATENCY,
             registry=r,
         )
         self.batch_size = Histogram(
             "sluice_batch_size",
             "Requests per forward pass.",
-            mm,
+            [*mm, "device"],
             buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64, 128),
             registry=r,
         )
@@ -81,8 +82,14 @@ class Metrics:
             "sluice_memory_reserved_bytes", "Memory reserved (allocator caches).", ["probe"], registry=r
         )
         self.memory_budget = Gauge("sluice_memory_budget_bytes", "The memory budget.", ["probe"], registry=r)
+        self.device_breaker_open = Gauge(
+            "sluice_device_breaker_open",
+            "1 while the memory breaker of this device's replicas is open (--devices).",
+            ["device"],
+            registry=r,
+        )
         self.breaker_open = Gauge(
-            "sluice_memory_breaker_open", "1 while the memory breaker is open.", registry=r
+            "sluice_memory_breaker_open", "1 while the memory breaker is open (on every device).", registry=r
         )
         self.oom = Counter(
             "sluice_oom_total", "Out-of-memory errors caught and recovered from.", ["model"], registry=r

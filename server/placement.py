@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 class DevicePlacement:
     device: torch.device
     breaker: MemoryBreaker
+    label: str  # the device in metrics: `cuda:1`, or `cpu#1` where a device is named twice
     workers: list[ModelWorker] = field(default_factory=list)
     batchers: dict[str, DynamicBatcher] = field(default_factory=dict)
     schedulers: dict[str, ContinuousScheduler] = field(default_factory=dict)
@@ -39,10 +40,15 @@ class DevicePlacement:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-def breaker_for(settings: Settings, device: torch.device) -> MemoryBreaker:
+def breaker_for(settings: Settings, device: torch.device, index: int, count: int) -> MemoryBreaker:
+    """The memory breaker of device `index` of `count`; with several devices a fake probe reads
+    `PATH.index`, so a test can push one device over its watermark alone."""
     budget = settings.memory_budget_mb * 1024 * 1024
+    spec = settings.memory_probe
+    if count > 1 and spec.startswith("fake:"):
+        spec = f"{spec}.{index}"
     return MemoryBreaker(
-        make_probe(settings.memory_probe, device, budget),
+        make_probe(spec, device, budget),
         high=settings.high_watermark,
         low=settings.low_watermark,
         interval_s=settings.probe_interval_s,
@@ -86,6 +92,7 @@ async def _start_tensor_model(
         max_delay_s=settings.max_delay_ms / 1000,
         breaker=placement.breaker,
         metrics=metrics,
+        device_label=placement.label,
     )
     placement.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
     return batcher, settings.max_concurrency or plan.max_concurrency
@@ -124,6 +131,7 @@ async def _start_generative_model(
         stall_timeout_s=s.stall_timeout_s,
         breaker=placement.breaker,
         metrics=metrics,
+        device_label=placement.label,
     )
     await worker.run(_warm_generative, model, s.warmup_steps, slots)
     placement.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))

@@ -60,6 +60,7 @@ class ContinuousScheduler:
         breaker: MemoryBreaker | None,
         metrics: Metrics,
         prefill_chunk_tokens: int | None = None,
+        device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
     ) -> None:
         self.model = model
         self.worker = worker
@@ -84,8 +85,8 @@ class ContinuousScheduler:
         self._m_slots = metrics.kv_slots.labels(name)
         self._m_kv_tokens = metrics.kv_tokens.labels(name)
         self._m_ttft = metrics.ttft.labels(name)
-        self._m_compute = metrics.compute.labels(name, "Generate")
-        self._m_batch = metrics.batch_size.labels(name, "Generate")
+        self._m_compute = metrics.compute.labels(name, "Generate", device_label or model.descriptor.device)
+        self._m_batch = metrics.batch_size.labels(name, "Generate", device_label or model.descriptor.device)
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
 
     # -- the request side (event loop) ------------------------------------------------------------

@@ -69,6 +69,7 @@ class DynamicBatcher:
         max_delay_s: float,
         breaker: MemoryBreaker | None,
         metrics: Metrics,
+        device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
     ) -> None:
         self.model = model
         self.worker = worker
@@ -78,8 +79,8 @@ class DynamicBatcher:
         self._wake = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         name = model.descriptor.name
-        self._compute = metrics.compute.labels(name, "Infer")
-        self._batch_size = metrics.batch_size.labels(name, "Infer")
+        self._compute = metrics.compute.labels(name, "Infer", device_label or model.descriptor.device)
+        self._batch_size = metrics.batch_size.labels(name, "Infer", device_label or model.descriptor.device)
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
         self.items_computed = 0
 

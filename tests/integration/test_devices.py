@@ -7,13 +7,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from tests.integration.test_admission import request, slow
+from tests.integration.test_admission import request, slow, vector
 from tests.support.processes import ServerProcess, start_server, wait_until
 
 SLOTS = 2  # per device
@@ -67,3 +69,48 @@ def test_streams_run_on_either_device(two_devices: ServerProcess) -> None:
             )
     assert texts[0] == texts[1] and len(texts[0]) > 0  # the same seeded model on both devices
     wait_until(lambda: two_devices.metric("sluice_kv_slots_in_use") == 0, what="both devices' slots free")
+
+
+def _computed(server: ServerProcess) -> list[float]:
+    """Items each device's batcher computed."""
+    return [
+        server.metric("sluice_batch_size_sum", model="mlp", method="Infer", device=f"cpu#{i}")
+        for i in range(2)
+    ]
+
+
+def _breakers_open(server: ServerProcess) -> int:
+    return sum(1 for i in range(2) if server.metric("sluice_device_breaker_open", device=f"cpu#{i}"))
+
+
+def _readiness(server: ServerProcess) -> str:
+    with grpc.insecure_channel(server.target) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="sluice.readiness"), timeout=5
+        )
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+
+
+def test_a_device_over_its_watermark_takes_nothing_and_nothing_is_refused(tmp_path: Path) -> None:
+    probe = tmp_path / "memory"
+    server = start_server(
+        "--devices", "cpu,cpu", "--models", "mlp", "--memory-probe", f"fake:{probe}",
+        "--max-concurrency", "4", "--max-queue", "64", "--probe-interval-s", "0.02",
+    )  # fmt: skip
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = pb_grpc.InferenceServiceStub(channel)
+            with ThreadPoolExecutor(8) as pool:  # both devices share the load
+                list(pool.map(lambda i: stub.Infer(request("mlp", vector(i)), timeout=30), range(64)))
+            computed = _computed(server)
+            assert min(computed) > 0, computed
+            Path(f"{probe}.0").write_text("0.99")  # device 0 over its high watermark
+            wait_until(lambda: _breakers_open(server) >= 1, what="device 0's breaker open")
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda i: stub.Infer(request("mlp", vector(i)), timeout=30), range(64)))
+            after = _computed(server)
+        assert after[0] == computed[0] and after[1] == computed[1] + 64, (computed, after)
+        assert server.metric("sluice_requests_refused_total") == 0
+        assert _readiness(server) == "SERVING"  # one device still takes work
+    finally:
+        assert server.terminate() == 0, server.diagnostics()
