@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,79 @@ def test_a_refusal_passes_with_sluices_details(stack: tuple[list[ServerProcess],
     assert refused.value.code() == grpc.StatusCode.NOT_FOUND
     trailers = dict(refused.value.trailing_metadata() or ())
     assert "grpc-status-details-bin" in trailers
+
+
+def _end_of(stream: Any) -> grpc.StatusCode:
+    try:
+        for _ in stream:
+            pass
+    except grpc.RpcError as error:
+        code: grpc.StatusCode = error.code()
+        return code
+    return grpc.StatusCode.OK
+
+
+def test_a_killed_replicas_streams_end_at_once_and_a_rolling_restart_fails_none(
+    stack: tuple[list[ServerProcess], Envoy],
+) -> None:
+    """Through Envoy: a stream on a replica killed mid-way ends UNAVAILABLE within 5 s; a SIGTERM'd one
+    finishes the streams it holds and the calls it took."""
+    import time
+
+    servers, envoy = stack
+    request = pb.GenerateRequest(
+        model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=900, ignore_eos=True)
+    )
+    with grpc.insecure_channel(envoy.target) as channel:
+        stub = pb_grpc.InferenceServiceStub(channel)
+        streams = [stub.Generate(request, timeout=60) for _ in range(3)]
+        for stream in streams:
+            next(stream)
+        running = [s.metric("sluice_requests_in_flight", method="Generate") for s in servers]
+        victim = servers[running.index(max(running))]
+        restarted = next(s for s in servers if s is not victim)
+        victim.proc.send_signal(signal.SIGKILL)
+        restarted.proc.send_signal(signal.SIGTERM)  # a rolling restart at the same time
+        killed = time.monotonic()
+
+        def ended(stream: Any) -> tuple[grpc.StatusCode, float]:
+            code = _end_of(stream)
+            return code, time.monotonic() - killed
+
+        with ThreadPoolExecutor(len(streams)) as pool:
+            outcomes = list(pool.map(ended, streams))
+        errors = [(code, seconds) for code, seconds in outcomes if code is not grpc.StatusCode.OK]
+        # Exactly the victim's streams ended, at once; the draining replica's ran on. Envoy can only reset
+        # a stream whose headers it has sent: the caller reads RST_STREAM(INTERNAL_ERROR) as INTERNAL.
+        assert len(errors) == max(running), outcomes
+        clear = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL}
+        assert all(code in clear and seconds < 5 for code, seconds in errors), outcomes
+        for _ in range(20):  # new calls: on the one replica left
+            infer(stub)
+    assert restarted.proc.wait(timeout=60) == 0
+
+
+def test_a_replica_held_full_is_skipped_by_envoy(stack: tuple[list[ServerProcess], Envoy]) -> None:
+    servers, envoy = stack
+    full = servers[0]
+    generate = pb.GenerateRequest(
+        model="byte-lm", text="hold", sampling=pb.SamplingParams(max_tokens=900, ignore_eos=True)
+    )
+    peers = [H2Peer(full.port, window=256) for _ in range(2)]
+    try:  # every KV slot and queue place of the replica held by streams that read nothing
+        places = sum(
+            int(full.metric(name, model="byte-lm", method="Generate"))
+            for name in ("sluice_admission_slots", "sluice_admission_queue_limit")
+        )
+        holders = [peers[i % 2].generate(generate) for i in range(places)]
+        wait_until(lambda: envoy.healthy() == 2, what="the full replica out of envoy's rotation")
+        before = envoy.requests_to(full)
+        with grpc.insecure_channel(envoy.target) as channel:
+            stub = pb_grpc.InferenceServiceStub(channel)
+            for _ in range(30):
+                infer(stub)
+        assert envoy.requests_to(full) == before
+        assert holders
+    finally:
+        for peer in peers:
+            peer.close()
