@@ -63,6 +63,7 @@ def test_96_callers_of_4_mib_stay_within_the_request_bytes_budget() -> None:
     assert sum(outcomes.values()) == CALLERS  # none lost
     assert set(outcomes) <= {"OK", "REQUEST_BYTES"} and outcomes["OK"] >= 2 and outcomes["REQUEST_BYTES"] >= 1
     assert refused == outcomes["REQUEST_BYTES"]
-    # gRPC's own receive buffers come on top of the budget (83-98 MB measured); with most calls parsed
+    # gRPC's own receive buffers come on top of the budget: how many 4 MiB messages it holds at once
+    # depends on timing (83-120 MB measured alone, 204 MB once in a loaded CI run); with most calls parsed
     # (a 64 MiB budget) the growth was 304-374 MB.
-    assert growth_mb < 200, growth_mb
+    assert growth_mb < 260, growth_mb
