@@ -61,7 +61,6 @@ class SluiceServer:
         # ask, which on a batch-32 MLP cost more than the forward itself (bench/admission.py).
         sys.setswitchinterval(settings.switch_interval_ms / 1000)
         self.devices = [resolve_device(d) for d in settings.devices or (settings.device,)]
-        self.device = self.devices[0]
         self.metrics = Metrics()
         # One memory breaker per device; with one device admission refuses on it directly, with several
         # each model's DeviceGates skips the devices whose breaker is open.

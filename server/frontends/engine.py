@@ -87,8 +87,7 @@ class _Link:
         self.calls.pop(call_id, None)
 
     def on_lost(self, exc: Exception | None) -> None:
-        for task, _ in list(self.calls.values()):
-            task.cancel()
+        self.cancel_all()
         if not self.listening.done():
             self.listening.set_result((None, "the front end closed its connection while starting"))
         if self in self.pool.links:

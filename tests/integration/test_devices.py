@@ -11,7 +11,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
@@ -83,14 +82,6 @@ def _breakers_open(server: ServerProcess) -> int:
     return sum(1 for i in range(2) if server.metric("sluice_device_breaker_open", device=f"cpu#{i}"))
 
 
-def _readiness(server: ServerProcess) -> str:
-    with grpc.insecure_channel(server.target) as channel:
-        answer = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="sluice.readiness"), timeout=5
-        )
-    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
-
-
 def test_a_device_over_its_watermark_takes_nothing_and_nothing_is_refused(tmp_path: Path) -> None:
     probe = tmp_path / "memory"
     server = start_server(
@@ -111,6 +102,6 @@ def test_a_device_over_its_watermark_takes_nothing_and_nothing_is_refused(tmp_pa
             after = _computed(server)
         assert after[0] == computed[0] and after[1] == computed[1] + 64, (computed, after)
         assert server.metric("sluice_requests_refused_total") == 0
-        assert _readiness(server) == "SERVING"  # one device still takes work
+        assert server.readiness() == "SERVING"  # one device still takes work
     finally:
         assert server.terminate() == 0, server.diagnostics()

@@ -12,7 +12,6 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from clients import SluiceClient, SluiceError
 from tests.support.processes import ServerProcess, start_server, start_shim, wait_until
@@ -45,14 +44,6 @@ def test_calls_are_balanced_over_the_replicas(replicas: list[ServerProcess]) -> 
     assert sum(counts) >= 40 and min(counts) >= 10, counts  # round_robin: about 20 each
 
 
-def _readiness(server: ServerProcess) -> str:
-    with grpc.insecure_channel(server.target) as channel:
-        answer = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="sluice.readiness"), timeout=5
-        )
-    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
-
-
 def in_flight(server: ServerProcess) -> float:
     return server.metric("sluice_requests_in_flight", method="Generate")
 
@@ -74,7 +65,7 @@ def test_a_draining_replica_gets_no_new_calls(replicas: list[ServerProcess]) -> 
         assert in_flight(holder) == 1, (in_flight(draining), in_flight(other))
         rest = other if holder is draining else draining
         holder.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: _readiness(holder) == "NOT_SERVING", what="the holder draining")
+        wait_until(lambda: holder.readiness() == "NOT_SERVING", what="the holder draining")
         before, refused = admitted(holder), holder.metric("sluice_requests_refused_total", method="Infer")
         for _ in range(30):  # every one answered: the channel's health watch took the holder out
             client.infer("mlp", X)

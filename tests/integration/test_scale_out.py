@@ -96,7 +96,6 @@ def test_a_killed_replica_loses_no_call_and_ends_its_streams(
                     break
                 if line.startswith("event: done"):
                     break
-        time.sleep(0)  # the load keeps going on the two left
         wait_until(
             lambda: sum(admitted(s) for s in servers if s is not victim) > 200, what="load on the rest"
         )

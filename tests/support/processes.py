@@ -57,6 +57,17 @@ class ServerProcess(ServerChild, Process):
         """Sum of the samples of `name` whose labels include `labels`."""
         return total(self.metrics(), name, **labels)
 
+    def readiness(self) -> str:
+        """The server's `sluice.readiness` health status by name (SERVING, NOT_SERVING)."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(self.target) as channel:
+            answer = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service="sluice.readiness"), timeout=5
+            )
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+
 
 def _entry(module: str, fd_limit: int | None) -> list[str]:
     """`-m module`, or the same run with RLIMIT_NOFILE set to `fd_limit` (soft and hard) first."""

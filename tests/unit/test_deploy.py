@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from clients.channel import READINESS_SERVICE as READINESS
 from clients.targets import resolve_target
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
-READINESS = "sluice.readiness"  # server/app.py's READINESS (the server module would load torch here)
 
 
 def documents() -> list[dict[str, Any]]:
