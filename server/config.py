@@ -72,7 +72,9 @@ class Settings:
     max_connections: int | None = setting(
         None, help="client connections held at once", shown="the descriptor limit less a reserve"
     )
-    max_streams_per_connection: int = setting(256, help="concurrent calls on one connection", unit="calls")
+    max_streams_per_connection: int = setting(
+        1024, help="concurrent calls on one connection (at least a shim's --max-inflight)", unit="calls"
+    )
     max_connection_idle_s: float = setting(
         300.0, help="a connection with no call this long is closed", unit="seconds"
     )

@@ -22,6 +22,11 @@ def server_options(settings: Settings, max_connections: int, *, share_port: bool
         # One peer cannot hold the port: streams per connection are bounded, idle connections closed, and
         # old ones asked to reconnect (GOAWAY) with a grace long enough for a generation.
         ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
+        # gRPC's overload protection (on by default) also counts streams that HTTP/2 has closed but whose
+        # call objects Python has not yet freed, and resets new ones with REFUSED_STREAM: a peer that keeps
+        # exactly SETTINGS_MAX_CONCURRENT_STREAMS open, as a pooled channel does, saw thousands of resets
+        # a second. With it off, only open HTTP/2 streams count, which is what the setting promises.
+        ("grpc.http.overload_protection", 0),
         ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
         ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
