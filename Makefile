@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup up test lint proto proto-check
+.PHONY: setup up test lint proto proto-check cuda-wheels
 
 $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -18,6 +18,13 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	bash scripts/check_protos.sh
+
+# The wheels scripts/cuda_check.sh installs offline on a GPU machine without registry access, for its
+# CPython CUDA_PY (the lent machines': 3.12), into wheels/cuda-pyXY/; fails over the 64 MiB that travels.
+CUDA_PY ?= 3.12
+
+cuda-wheels:
+	bash scripts/cuda_wheels.sh $(CUDA_PY)
 
 lint: $(STAMP)
 	.venv/bin/ruff check .

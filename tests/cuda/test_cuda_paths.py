@@ -108,7 +108,8 @@ def test_a_real_cuda_oom_splits_the_batch_and_trips_the_breaker() -> None:
 
 
 def test_server_serves_infer_and_generate_on_the_gpu() -> None:
-    server = start_server("--device", "cuda", "--lm-size", "small")
+    # Not the default models: the embedding model's files (88 MB) do not travel to a lent GPU machine.
+    server = start_server("--device", "cuda", "--lm-size", "small", "--models", "mlp,byte-lm")
     try:
         with SluiceClient(server.target) as client:
             assert all(m.device.startswith("cuda") for m in client.list_models())
