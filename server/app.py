@@ -278,6 +278,10 @@ def _check_free(host: str, port: int) -> None:
             ) from exc
 
 
+def _max_tokens(request: pb.GenerateRequest) -> int:
+    return request.sampling.max_tokens
+
+
 def _methods(
     infer_gates: dict[str, AdmissionGate | DeviceGates],
     generate_gates: dict[str, AdmissionGate | DeviceGates],
@@ -287,6 +291,10 @@ def _methods(
             "Infer", pb.InferRequest.DESCRIPTOR, infer_gates, dict.fromkeys(generate_gates, "Generate")
         ),
         _GENERATE: GuardedMethod(
-            "Generate", pb.GenerateRequest.DESCRIPTOR, generate_gates, dict.fromkeys(infer_gates, "Infer")
+            "Generate",
+            pb.GenerateRequest.DESCRIPTOR,
+            generate_gates,
+            dict.fromkeys(infer_gates, "Infer"),
+            work_of=_max_tokens,
         ),
     }

@@ -74,7 +74,10 @@ async def place(settings: Settings, placement: DevicePlacement, metrics: Metrics
             scheduler = await _start_generative_model(settings, placement, model, worker, metrics)
             placement.schedulers[name] = scheduler
             placement.generate_gates[name] = AdmissionGate(
-                f"Generate {name}", slots=scheduler.pool.capacity, max_waiting=settings.max_queue
+                f"Generate {name}",
+                slots=scheduler.pool.capacity,
+                max_waiting=settings.max_queue,
+                service_of=scheduler.service_estimate_s,
             )
 
 

@@ -11,7 +11,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from server.admission.devices import CHOSEN
-from server.admission.handlers import ADMISSION_WAIT, abort
+from server.admission.handlers import ADMISSION_WAIT, STREAM_SLOT, abort
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
@@ -65,7 +65,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             if replicas is None:
                 raise ModelNotFound(spec.model, list(self.schedulers))
             scheduler = replicas[CHOSEN.get()]
-            seq = scheduler.submit(spec)
+            slot = STREAM_SLOT.get()
+            seq = scheduler.submit(spec, on_release=slot.release if slot is not None else None)
         except SluiceError as error:
             await abort(context, error)
             raise

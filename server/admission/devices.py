@@ -77,10 +77,10 @@ class DeviceGates:
 
         return min(accepting, key=load)
 
-    async def acquire(self, priority: Priority, timeout_s: float | None) -> float:
+    async def acquire(self, priority: Priority, timeout_s: float | None, work: int = 0) -> float:
         index = self.pick()
         CHOSEN.set(index)
-        return await self.gates[index].acquire(priority, timeout_s)
+        return await self.gates[index].acquire(priority, timeout_s, work)
 
     def held_gate(self) -> AdmissionGate:
         """The gate of the device this call was admitted on (the one to release)."""

@@ -6,6 +6,12 @@ overtakes LOW ones that arrived up to 2 * ageing_s before it, and nothing waits 
 The drain rate behind deadline estimates is learnt only while callers queue: the gap between two releases
 that each handed their slot to a waiter. Gaps that include idle time say nothing about how fast a queue
 drains (after a minute of quiet they made the first calls of a burst look unmeetable).
+
+A call's own service time is either the hold time of calls that ended well (Infer: the EWMA of successful
+calls only; a cancelled, failed or timed-out call says nothing about it), or, for a gate given
+`service_of` (Generate), what the scheduler says that much work takes at its measured decode rate: how long
+earlier streams' readers took is not a property of the model. An idle gate never refuses on its estimate:
+the call is the probe that refreshes it (an estimate that refused everything would otherwise never unlearn).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class AdmissionGate:
         max_waiting: int,
         ageing_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        service_of: Callable[[int], float] | None = None,
     ) -> None:
         if slots <= 0:
             raise ValueError(f"invalid setting max_concurrency for {name}: must be > 0, got {slots}")
@@ -57,7 +64,8 @@ class AdmissionGate:
         self._heap: list[_Waiter] = []
         self._counter = itertools.count()
         self._clock = clock
-        self._service_s = 0.0  # EWMA of how long a slot is held
+        self._service_of = service_of  # seconds a call asking for that much work takes (None: learnt)
+        self._service_s = 0.0  # EWMA of how long a successful call holds its slot
         self._last_handover: float | None = None  # the last release that passed its slot to a waiter
         self._release_interval_s = 0.0  # EWMA of the time between releases while queued: 1 / drain rate
 
@@ -74,10 +82,12 @@ class AdmissionGate:
         interval = self._drain_interval_s() or 0.05
         return min(max((self.waiting + 1) * interval, 0.01), 5.0)
 
-    def estimated_wait_s(self) -> float:
-        """Expected time from arrival to completion for a new call, from measured rates (0 when unknown)."""
+    def estimated_wait_s(self, work: int = 0) -> float:
+        """Expected time from arrival to completion for a new call asking for `work` (Generate: tokens), from
+        measured rates (0 when unknown)."""
         ahead = self.waiting + 1 if self.in_use >= self.slots else 0
-        return ahead * self._drain_interval_s() + self._service_s
+        service = self._service_of(work) if self._service_of is not None else self._service_s
+        return ahead * self._drain_interval_s() + service
 
     def overloaded(self) -> Overloaded:
         return Overloaded(
@@ -86,13 +96,13 @@ class AdmissionGate:
             retry_after_s=self.retry_after_s(),
         )
 
-    async def acquire(self, priority: Priority, timeout_s: float | None) -> float:
+    async def acquire(self, priority: Priority, timeout_s: float | None, work: int = 0) -> float:
         """Waits for a slot; returns the time spent waiting. Raises Overloaded / Deadline* when refused."""
         if timeout_s is not None:
             if timeout_s <= 0:
                 raise DeadlineExpired("the deadline passed before the request was admitted")
-            estimate = self.estimated_wait_s()
-            if self._service_s and timeout_s < estimate:
+            estimate = self.estimated_wait_s(work)
+            if self.in_use and estimate and timeout_s < estimate:
                 raise DeadlineUnmeetable(
                     f"deadline in {timeout_s * 1000:.0f} ms but the estimated wait plus service time is "
                     f"{estimate * 1000:.0f} ms",
@@ -130,9 +140,11 @@ class AdmissionGate:
         """The gate an admitted call holds and releases: this one (DeviceGates answers one of its own)."""
         return self
 
-    def release(self, held_s: float) -> None:
+    def release(self, held_s: float, *, learn: bool = False) -> None:
+        """Gives a slot back; `learn`: the call ended well, so its hold time is a service time."""
         now = self._clock()
-        self._service_s += _EWMA * (held_s - self._service_s) if self._service_s else held_s
+        if learn and self._service_of is None:
+            self._service_s += _EWMA * (held_s - self._service_s) if self._service_s else held_s
         while self._heap:
             waiter = heapq.heappop(self._heap)
             if not waiter.future.done():

@@ -35,6 +35,9 @@ Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # grpc's class is generi
 
 # The admitted call's wait for a slot, for the servicer's Timings (same task, so the context carries it).
 ADMISSION_WAIT: contextvars.ContextVar[float] = contextvars.ContextVar("admission_wait", default=0.0)
+# The admitted stream's slot, for the servicer: the scheduler gives it back as it frees the KV slot, not
+# when the last message has been written (a peer that stopped reading would hold it one stall longer).
+STREAM_SLOT: contextvars.ContextVar[Slot | None] = contextvars.ContextVar("stream_slot", default=None)
 # The error a call was aborted with, for its access-log line (set by abort, in the call's own task).
 CALL_ERROR: contextvars.ContextVar[SluiceError | None] = contextvars.ContextVar("call_error", default=None)
 
@@ -59,11 +62,12 @@ class Slot:
         self.admitted = time.monotonic()
         self.released = False
 
-    def release(self) -> None:
+    def release(self, *, learn: bool = False) -> None:
+        """`learn`: the call ended well, so the gate may take its hold time as a service time."""
         if not self.released:
             self.released = True
             self.in_flight.dec()
-            self.gate.release(time.monotonic() - self.admitted)
+            self.gate.release(time.monotonic() - self.admitted, learn=learn)
             if self.on_release is not None:
                 self.on_release()
 
@@ -101,6 +105,7 @@ def guarded_handler(
             call_log = _CallLog.sampled(access_log, name, request, context)
             with call_log or _UNLOGGED, _finally(release_bytes):
                 slot = await admit(request, context, method)
+                STREAM_SLOT.set(slot)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
                 context.set_trailing_metadata(_identity(request))
                 watched = watchdog.watch(context, request.model, slot.release)
@@ -128,8 +133,10 @@ def guarded_handler(
             context.set_trailing_metadata(_identity(request))
             try:
                 response = await unary_behaviour(request, context)
-            finally:
+            except BaseException:
                 slot.release()
+                raise
+            slot.release(learn=True)
             if call_log is not None:
                 call_log.answer = response
             return response

@@ -210,7 +210,8 @@ class AdmissionInterceptor(_ServerInterceptor):
             queued = gate.in_use >= gate.slots
             instruments.waiting.inc()
             try:
-                waited = await gate.acquire(priority, context.time_remaining())
+                work = method.work_of(request) if method.work_of is not None else 0
+                waited = await gate.acquire(priority, context.time_remaining(), work)
             finally:
                 instruments.waiting.dec()
         except SluiceError as error:

@@ -28,6 +28,8 @@ class GuardedMethod:
     request: Descriptor
     gates: dict[str, AdmissionGate | DeviceGates] = field(default_factory=dict)
     elsewhere: dict[str, str] = field(default_factory=dict)
+    # The work a parsed request asks for, in the unit of its gates' service estimate (Generate: max_tokens).
+    work_of: Callable[[Any], int] | None = None
 
     @property
     def model_field(self) -> int:

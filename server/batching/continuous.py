@@ -13,7 +13,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import torch
 
@@ -45,6 +45,14 @@ from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel
 
 log = logging.getLogger(__name__)
+_STEP_EWMA = 0.05
+
+
+def _released(seq: GenSequence) -> None:
+    """Tells the sequence's owner (admission) its KV slot is free; once."""
+    if seq.on_release is not None:
+        release, seq.on_release = seq.on_release, None
+        release()
 
 
 class ContinuousScheduler:
@@ -73,6 +81,7 @@ class ContinuousScheduler:
         self.joining: deque[GenSequence] = deque()
         self.active: list[GenSequence] = []
         self.steps_started = 0
+        self.step_s = 0.0  # EWMA of a step's duration: what one more token of a stream costs now
         self.drain_deadline: float | None = None
         self._wake = asyncio.Event()
         name = model.descriptor.name
@@ -90,8 +99,16 @@ class ContinuousScheduler:
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
 
     # -- the request side (event loop) ------------------------------------------------------------
-    def submit(self, spec: GenerateSpec) -> GenSequence:
-        """Validates against the model's limits (raising before the stream starts) and queues to join."""
+    def service_estimate_s(self, max_tokens: int) -> float:
+        """How long a stream asking for `max_tokens` (0: the default) takes at the measured step rate; 0
+        before the first step. Admission's deadline estimate for Generate: a stream's service depends on
+        its length and the decode rate, not on how fast earlier streams were read."""
+        tokens = min(max_tokens or self.limits.default_max_tokens, self.limits.context_length)
+        return tokens * self.step_s
+
+    def submit(self, spec: GenerateSpec, *, on_release: Callable[[], None] | None = None) -> GenSequence:
+        """Validates against the model's limits (raising before the stream starts) and queues to join.
+        `on_release` is called once the sequence has left and its KV slot is free."""
         prompt, params = resolve_request(spec, self.model, self.limits)
         seed = spec.seed if spec.seed is not None else secrets.randbits(63)
         seq = GenSequence(
@@ -101,6 +118,7 @@ class ContinuousScheduler:
             TokenStream(self.stream_buffer, self._wake.set),
             TextAssembler(params.stop, strip_leading_space=self.model.strips_leading_space),
             time.monotonic(),
+            on_release=on_release,
         )
         self.joining.append(seq)
         self._wake.set()
@@ -127,6 +145,7 @@ class ContinuousScheduler:
             with contextlib.suppress(ValueError):
                 self.joining.remove(seq)
             seq.done = True
+            _released(seq)
         self._wake.set()
 
     def begin_drain(self, grace_s: float) -> None:
@@ -193,7 +212,9 @@ class ContinuousScheduler:
             for seq in [*(seq for seq, _ in work.chunks), *runnable]:
                 self._finish(seq, FinishReason.ERROR, error=error)
             return
-        self._m_compute.observe(time.monotonic() - started)
+        took = time.monotonic() - started
+        self._m_compute.observe(took)
+        self.step_s += _STEP_EWMA * (took - self.step_s) if self.step_s else took
         self._m_batch.observe(len(work.chunks) + len(runnable))
         tokens = result.tokens
         self._m_tokens.inc(len(tokens))
@@ -271,6 +292,7 @@ class ContinuousScheduler:
                     self.pool.release(seq.slot)
                     self.model.release(seq.slot)
                     seq.slot = None
+                _released(seq)
             else:
                 keep.append(seq)
         self.active = keep
@@ -279,6 +301,8 @@ class ContinuousScheduler:
         for seq in [*self.active, *self.joining]:
             if not seq.done:
                 self._finish(seq, FinishReason.CANCELLED, error=error)
+        for seq in self.joining:
+            _released(seq)
         self.joining.clear()
 
     def _next_timer(self, now: float) -> float | None:

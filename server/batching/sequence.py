@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from server.batching.stream import TokenStream
@@ -28,6 +29,7 @@ class GenSequence:
     cancel_step: int | None = None
     paused_since: float | None = None
     done: bool = False
+    on_release: Callable[[], None] | None = None  # called once its KV slot is free (admission's slot)
 
     def usage(self) -> Usage:
         return Usage(prompt_tokens=len(self.prompt), completion_tokens=self.generated)
