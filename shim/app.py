@@ -12,15 +12,14 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from auth.keys import load_keys
 from process.access_log import AccessLog
 from shim.admission import AdmissionMiddleware, InflightBound, error_response
-from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.channel import open_upstream
 from shim.config import ShimSettings
+from shim.cors import BrowserPolicy
 from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
 from shim.metrics import CountingMiddleware, ShimMetrics
 from shim.openai import routes as openai_routes
@@ -102,13 +101,7 @@ def create_app(settings: ShimSettings) -> FastAPI:
     app.add_middleware(CountingMiddleware, metrics=app.state.metrics)
     if settings.cors_allow_origins:
         # Added last, so outermost: a preflight is answered before admission, and refusals carry CORS headers.
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(settings.cors_allow_origins),
-            allow_methods=["GET", "POST"],
-            allow_headers=["content-type", PRIORITY_HEADER, TIMEOUT_HEADER],
-            expose_headers=["retry-after"],
-        )
+        app.add_middleware(BrowserPolicy, origins=settings.cors_allow_origins)
     app.add_exception_handler(ShimError, _on_shim_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
