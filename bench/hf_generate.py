@@ -5,7 +5,7 @@ inter-token latency, and the running streams' inter-token p99 while 2,000-token 
 raw decode step. Medians of repeats with their range. `--profile` adds where one batch-32 decode step's
 time goes, on the generic transformers path and on the native decoder.
 
-    .venv/bin/python -m bench.hf_generate [--quick] [--torch-threads N] [--profile]
+    .venv/bin/python -m bench.hf_generate [--quick] [--torch-threads N] [--profile] [--device cuda]
 """
 
 from __future__ import annotations
@@ -53,16 +53,16 @@ def build(directory: Path) -> Path:
     return directory
 
 
-def load(directory: Path) -> Any:
+def load(directory: Path, device: str = "cpu") -> Any:
     import transformers
 
-    return transformers.LlamaForCausalLM.from_pretrained(directory).eval()
+    return transformers.LlamaForCausalLM.from_pretrained(directory).eval().to(device)
 
 
 # -- the limit: HF's own batched decode loop ------------------------------------------------------------
 def raw_decode(model: Any, batch: int, tokens: int) -> Run:
     """Prefill `batch` copies of the prompt in one pass, then `tokens - 1` batched greedy decode steps."""
-    ids = torch.tensor([list(PROMPT.encode())] * batch)
+    ids = torch.tensor([list(PROMPT.encode())] * batch, device=model.device)
     with torch.inference_mode():
         started = time.perf_counter()
         out = model(input_ids=ids, use_cache=True)
@@ -70,7 +70,7 @@ def raw_decode(model: Any, batch: int, tokens: int) -> Run:
         for _ in range(tokens - 1):
             out = model(input_ids=next_tokens[:, None], past_key_values=cache, use_cache=True)
             next_tokens = out.logits[:, -1].argmax(dim=-1)
-        next_tokens.tolist()
+        next_tokens.tolist()  # waits for the device
         wall = time.perf_counter() - started
     return Run(tokens=batch * tokens, wall_s=wall)
 
@@ -78,12 +78,13 @@ def raw_decode(model: Any, batch: int, tokens: int) -> Run:
 def raw_step_ms(model: Any, batch: int, position: int = 200, steps: int = 20) -> float:
     """Median milliseconds of one raw batched decode step at about `position`."""
     with torch.inference_mode():
-        out = model(input_ids=torch.randint(0, 256, (batch, position)), use_cache=True)
+        out = model(input_ids=torch.randint(0, 256, (batch, position), device=model.device), use_cache=True)
         cache, token = out.past_key_values, out.logits[:, -1:].argmax(dim=-1)
         times = []
         for _ in range(steps):
             started = time.perf_counter()
             token = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            token.tolist()  # waits for the device
             times.append(time.perf_counter() - started)
     return 1000 * statistics.median(times)
 
@@ -200,17 +201,20 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=1, help="intra-op threads, server and raw loop")
     parser.add_argument("--profile", action="store_true", help="profile one decode step of each engine")
     parser.add_argument("--prefill-chunk-tokens", type=int, help="the server's, if not its default")
+    parser.add_argument(
+        "--device", default="cpu", help="where the server and the raw loop both run: cpu or cuda (float32)"
+    )
     args = parser.parse_args()
     repeats, tokens = (1, 48) if args.quick else (args.repeats, args.tokens)
     torch.set_num_threads(args.torch_threads)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-llama-") as scratch:
         directory = build(Path(scratch))
-        model = load(directory)
+        model = load(directory, args.device)
         params = sum(p.numel() for p in model.parameters()) / 1e6
         print(
             f"bench model: seeded Llama {params:.1f} M parameters ({CONFIG}), torch threads "
             f"{args.torch_threads} (server and raw loop), {tokens} tokens per stream (ignore_eos, greedy) "
-            f"after a {len(PROMPT)}-token prompt, {repeats} repeat(s)"
+            f"after a {len(PROMPT)}-token prompt, {repeats} repeat(s), on {args.device}"
         )
         for b in sorted({*CONCURRENCY, 24}):  # transformers' first pass at a new batch size is slow
             raw_decode(model, b, 4)
@@ -221,6 +225,7 @@ def main() -> None:
             print("\none decode step, batch 32 at position 200 (torch.profiler, self CPU time by op)")
             profile_steps(directory)
         flags = ["--hf-models", f"{MODEL}={directory}", "--torch-threads", str(args.torch_threads)]
+        flags += ["--device", args.device, "--dtype", "float32"]
         flags += ["--max-sequences", "32", "--max-queue", "64", "--context-length", str(CONTEXT)]
         if args.prefill_chunk_tokens:
             flags += ["--prefill-chunk-tokens", str(args.prefill_chunk_tokens)]

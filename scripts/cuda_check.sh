@@ -77,11 +77,9 @@ PYTHONUNBUFFERED=1 timeout -k 10 "$(left "$bench_reserve_s")" \
 
 bench=0
 if [ "$cuda" = 1 ]; then
-  # The bench's server runs on the GPU (--device auto); its raw transformers loop, in-process, on the CPU.
+  # The server and the raw transformers loop both on the GPU, in float32, so /raw compares like with like.
   echo
-  echo "bench.hf_generate --quick: the server on the GPU, its raw HF decode loop on the CPU (the bench has" \
-    "no --device), so /raw compares the two devices"
-  PYTHONUNBUFFERED=1 timeout -k 10 "$(left)" "$py" -m bench.hf_generate --quick || bench=$?
+  PYTHONUNBUFFERED=1 timeout -k 10 "$(left)" "$py" -m bench.hf_generate --quick --device cuda || bench=$?
 else
   echo "bench.hf_generate: skipped, no CUDA device"
 fi
