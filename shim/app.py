@@ -16,17 +16,19 @@ from starlette.responses import Response
 
 from auth.keys import load_keys
 from process.access_log import AccessLog
-from shim.admission import AdmissionMiddleware, InflightBound, error_response
-from shim.channel import open_upstream
+from shim.admission.bound import InflightBound
+from shim.admission.middleware import AdmissionMiddleware, error_response
+from shim.admission.request_body import validation_error
 from shim.config import ShimSettings
 from shim.cors import BrowserPolicy
 from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
+from shim.health import routes as health
 from shim.metrics import CountingMiddleware, ShimMetrics
+from shim.native import routes as native
 from shim.openai import routes as openai_routes
 from shim.openai.openapi import with_openai_schemas
 from shim.refusals import internal_error
-from shim.request_body import validation_error
-from shim.routes import health, native
+from shim.upstream.channel import open_upstream
 
 # Starlette's own HTTP errors (unknown route, wrong method) in the canonical vocabulary.
 _CODE_BY_HTTP_STATUS = {

@@ -14,8 +14,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from shim.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 from shim.identity import REQUEST_ID_HEADER, TENANT_HEADER
+from shim.upstream.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
 
 ALLOWED_HEADERS = (
     "content-type",

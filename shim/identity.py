@@ -1,7 +1,8 @@
-"""Who a request is and on whose behalf: its request id (the caller's `X-Request-Id`, else one made here)
-and its tenant (from the keys file), known from the headers before the body is read. Both go upstream with
-the call (the id as the request's `request_id`, the tenant in the token the server checks again), come
-back as response headers, and appear in both processes' access logs."""
+"""Who a request is and on whose behalf: its request id (the caller's `X-Request-Id`, else one made here),
+its tenant (from the keys file) and the token it showed, known from the headers before the body is read.
+The admission middleware sets them for the request's task; they go upstream with the call (the id as the
+request's `request_id`, the token as `authorization` metadata, which the server checks again), the id and
+tenant come back as response headers, and appear in both processes' access logs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ _MAX_ID_CHARS = 128
 
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)
+#: The token of the request being served; the middleware sets it, the upstream interceptors read it.
+FORWARDED_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("forwarded_token", default=None)
 
 
 def request_id_from(headers: Headers) -> str:

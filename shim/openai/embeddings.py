@@ -12,9 +12,9 @@ from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.codec import decode_raw_contents, typed_contents
 from clients.messages import infer_request
-from shim.channel import Upstream
 from shim.errors import upstream_protocol_error
 from shim.openai.request_models import EmbeddingRequest
+from shim.upstream.channel import Upstream
 
 TEXT_INPUT = "text"  # what an embedding model takes: one STRING tensor of shape [1]
 EMBEDDING_OUTPUT = "embedding"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from shim.schemas import Int32, Text
+from shim.native.request_models import Int32, Text
 
 _UINT64_MAX = 2**64 - 1
 MAX_LOGPROBS = 5  # the server's bound on alternatives per token

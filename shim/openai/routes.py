@@ -16,9 +16,7 @@ from pydantic import BaseModel, ValidationError
 from sluice.inference.v1 import inference_pb2 as pb
 from starlette.responses import Response
 
-from shim.call_options import CallOptions, call_options
-from shim.channel import settings_of, upstream_of
-from shim.disconnect import ClientDisconnected, client_left, unless_disconnected
+from shim.admission.request_body import parse_json, validation_error
 from shim.errors import FieldViolation, ShimError, upstream_errors
 from shim.identity import current_request_id
 from shim.jsonio import JsonResponse
@@ -28,8 +26,10 @@ from shim.openai.generation import Choice, Generations
 from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
 from shim.refusals import invalid_argument
-from shim.request_body import parse_json, validation_error
-from shim.sse import EventStreamResponse
+from shim.stream.sse import EventStreamResponse
+from shim.upstream.call_options import CallOptions, call_options
+from shim.upstream.channel import settings_of, upstream_of
+from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 BodyT = TypeVar("BodyT", bound=BaseModel)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from clients.channel import ChannelSettings, channel_options, service_config
-from shim.channel import channel_settings
 from shim.config import ShimSettings
+from shim.upstream.channel import channel_settings
 
 
 def test_the_shim_uses_the_clients_channel_policy() -> None:

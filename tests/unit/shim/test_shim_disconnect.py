@@ -10,7 +10,7 @@ import pytest
 from starlette.requests import Request
 from starlette.types import Message
 
-from shim.disconnect import ClientDisconnected, unless_disconnected
+from shim.upstream.disconnect import ClientDisconnected, unless_disconnected
 
 pytestmark = pytest.mark.anyio
 

@@ -23,8 +23,8 @@ from shim.errors import (
     http_status_for,
     upstream_errors,
 )
+from shim.native.translate import json_field_for
 from shim.refusals import internal_error, request_timeout, shim_overloaded, unsupported_media_type
-from shim.translate import json_field_for
 
 
 @pytest.mark.parametrize(

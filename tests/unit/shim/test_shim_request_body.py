@@ -8,9 +8,9 @@ import json
 import pytest
 from starlette.datastructures import Headers
 
+from shim.admission.request_body import declared_length, is_json_media_type, json_path, parse_body, parse_json
 from shim.errors import ShimError
-from shim.request_body import declared_length, is_json_media_type, json_path, parse_body, parse_json
-from shim.schemas import GenerateBody, InferBody
+from shim.native.request_models import GenerateBody, InferBody
 
 
 @pytest.mark.parametrize(

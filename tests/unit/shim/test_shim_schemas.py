@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shim.schemas import MAX_RANK, GenerateBody, InferBody, TensorIn
+from shim.native.request_models import MAX_RANK, GenerateBody, InferBody, TensorIn
 
 TENSOR = {"name": "x", "dtype": "FLOAT32", "shape": [1], "data": [1.0]}
 

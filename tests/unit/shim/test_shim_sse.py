@@ -8,8 +8,8 @@ import json
 import grpc
 import pytest
 
-from shim import sse
 from shim.errors import ErrorBody
+from shim.stream import sse
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,10 @@ from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.codec import decode_raw_contents
 from clients.messages import build_generate_request, infer_request
-from shim import jsonio, translate
+from shim import jsonio
 from shim.errors import ShimError
-from shim.schemas import GenerateBody, InferBody, TensorIn
+from shim.native import translate
+from shim.native.request_models import GenerateBody, InferBody, TensorIn
 
 
 def _tensor(dtype: str, data: list[object], shape: list[int] | None = None) -> TensorIn:

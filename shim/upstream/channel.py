@@ -12,8 +12,8 @@ from sluice.inference.v1 import inference_pb2_grpc
 from starlette.requests import HTTPConnection
 
 from clients.channel import ChannelSettings, open_aio_channel, tls_credentials
-from shim.auth import forwarding_interceptors
 from shim.config import ShimSettings
+from shim.upstream.forwarding import forwarding_interceptors
 
 
 def channel_settings(settings: ShimSettings) -> ChannelSettings:

@@ -10,10 +10,10 @@ import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.codec import finish_reason_name
-from shim import sse
 from shim.errors import ErrorBody, from_rpc_error, from_stream_error, upstream_protocol_error
-from shim.paced import HEARTBEAT, PacedStream
-from shim.translate import json_field_for, usage_to_json
+from shim.native.translate import json_field_for, usage_to_json
+from shim.stream import sse
+from shim.stream.paced import HEARTBEAT, PacedStream
 
 GenerateCall = grpc.aio.UnaryStreamCall[pb.GenerateRequest, pb.GenerateResponse]
 

@@ -1,4 +1,4 @@
-"""The shim's own in-flight bound, and the ASGI middleware that admits API requests to it.
+"""The ASGI middleware that admits API requests to the shim's in-flight bound (shim.admission.bound).
 
 A request is refused with 503 SHIM_OVERLOADED at once when every slot is held, before its body is read.
 A POST's body must declare JSON (415 otherwise) and is then read in full, within `max_body_bytes` (413)
@@ -9,7 +9,6 @@ the response, SSE streams included, has ended. Routes then parse the bytes read 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 
@@ -18,51 +17,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from auth.keys import TenantEntry
 from process.access_log import AccessLog
-from shim.auth import FORWARDED_TOKEN, check
+from shim.admission.auth import check
+from shim.admission.bound import InflightBound
+from shim.admission.request_body import ClientLeft, check_json_media_type, read_body
 from shim.errors import ShimError
-from shim.identity import REQUEST_ID, REQUEST_ID_HEADER, TENANT, TENANT_HEADER, request_id_from
+from shim.identity import (
+    FORWARDED_TOKEN,
+    REQUEST_ID,
+    REQUEST_ID_HEADER,
+    TENANT,
+    TENANT_HEADER,
+    request_id_from,
+)
 from shim.jsonio import JsonResponse
 from shim.openai.errors import is_openai_path, openai_error_json, openai_headers
 from shim.refusals import shim_overloaded
-from shim.request_body import ClientLeft, check_json_media_type, read_body
 
 API_PREFIX = "/v1/"
-
-
-class InflightBound:
-    """Counts requests holding a slot; one event loop owns it, so no lock is needed."""
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"max_inflight must be at least 1, got {limit}")
-        self.limit = limit
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @property
-    def inflight(self) -> int:
-        return self._inflight
-
-    @property
-    def full(self) -> bool:
-        return self._inflight >= self.limit
-
-    def try_acquire(self) -> bool:
-        if self.full:
-            return False
-        self._inflight += 1
-        self._idle.clear()
-        return True
-
-    def release(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0:
-            self._idle.set()
-
-    async def wait_idle(self) -> None:
-        """Returns once no request holds a slot; lets shutdown and tests wait on streams to finish."""
-        await self._idle.wait()
 
 
 def error_response(error: ShimError, path: str = "") -> JsonResponse:

@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request
 from grpc_health.v1 import health_pb2
 from starlette.responses import Response
 
-from shim.admission import InflightBound
-from shim.channel import settings_of, upstream_of
+from shim.admission.bound import InflightBound
 from shim.jsonio import JsonResponse
 from shim.metrics import metrics_of
+from shim.upstream.channel import settings_of, upstream_of
 
 router = APIRouter()
 

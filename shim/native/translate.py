@@ -18,8 +18,8 @@ from clients.messages import build_generate_request, infer_request
 from clients.types import PriorityName
 from shim.errors import FieldViolation
 from shim.identity import current_request_id
+from shim.native.request_models import GenerateBody, InferBody, Scalar, TensorIn
 from shim.refusals import invalid_argument
-from shim.schemas import GenerateBody, InferBody, Scalar, TensorIn
 
 DTYPE_BY_NAME: Mapping[str, pb.DataType.ValueType] = {
     "FLOAT32": pb.DATA_TYPE_FLOAT32,

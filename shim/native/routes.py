@@ -14,16 +14,17 @@ from fastapi import APIRouter, Request
 from sluice.inference.v1 import inference_pb2 as pb
 from starlette.responses import Response
 
-from shim import generation, translate
-from shim.call_options import call_options
-from shim.channel import settings_of, upstream_of
-from shim.disconnect import ClientDisconnected, client_left, unless_disconnected
+from shim.admission.request_body import parse_body
 from shim.errors import upstream_errors
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
-from shim.request_body import parse_body
-from shim.schemas import GenerateBody, InferBody
-from shim.sse import EventStreamResponse
+from shim.native import generate as generation
+from shim.native import translate
+from shim.native.request_models import GenerateBody, InferBody
+from shim.stream.sse import EventStreamResponse
+from shim.upstream.call_options import call_options
+from shim.upstream.channel import settings_of, upstream_of
+from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
 
 router = APIRouter(prefix="/v1")
 
