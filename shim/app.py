@@ -1,6 +1,6 @@
 """create_app(): the FastAPI application, its middleware order (CORS, when configured, outside
-admission), its error handlers (every error, even an unforeseen one, shares one body shape), and the
-lifespan that owns the one upstream channel."""
+admission), its error handlers (every error, even an unforeseen one, in the error shape of the API family
+that serves the request), the lifespan that owns the one upstream channel, and the families it serves."""
 
 from __future__ import annotations
 
@@ -16,19 +16,20 @@ from starlette.responses import Response
 
 from auth.keys import load_keys
 from process.access_log import AccessLog
+from shim import health, native, openai
 from shim.admission.bound import InflightBound
-from shim.admission.middleware import AdmissionMiddleware, error_response
+from shim.admission.middleware import AdmissionMiddleware
 from shim.admission.request_body import validation_error
 from shim.config import ShimSettings
 from shim.cors import BrowserPolicy
 from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
-from shim.health import routes as health
+from shim.families import Families, Family, families_of
 from shim.metrics import CountingMiddleware, ShimMetrics
-from shim.native import routes as native
-from shim.openai import routes as openai_routes
-from shim.openai.openapi import with_openai_schemas
 from shim.refusals import internal_error
 from shim.upstream.channel import open_upstream
+
+# Every API family, in the order their routes match: a new family is a folder and an entry here.
+FAMILIES: tuple[Family, ...] = (health, native, openai)
 
 # Starlette's own HTTP errors (unknown route, wrong method) in the canonical vocabulary.
 _CODE_BY_HTTP_STATUS = {
@@ -43,14 +44,14 @@ _CODE_BY_HTTP_STATUS = {
 async def _on_shim_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ShimError):  # pragma: no cover - registered for ShimError only
         raise exc
-    return error_response(exc, request.url.path)
+    return families_of(request).render(request.scope, exc)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, RequestValidationError):  # pragma: no cover - registered for this type only
         raise exc
     # FastAPI prefixes locations with where the value came from: body, path, query, header.
-    return error_response(validation_error(exc.errors(), skip_prefix=1), request.url.path)
+    return families_of(request).render(request.scope, validation_error(exc.errors(), skip_prefix=1))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -59,13 +60,13 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     code = _CODE_BY_HTTP_STATUS.get(exc.status_code, grpc.StatusCode.UNKNOWN)
     reason = str(exc.detail).upper().replace(" ", "_")
     body = ErrorBody(code=code, message=str(exc.detail), reason=reason, domain=SHIM_DOMAIN)
-    return error_response(ShimError(body, status=exc.status_code), request.url.path)
+    return families_of(request).render(request.scope, ShimError(body, status=exc.status_code))
 
 
 async def _on_unexpected_error(request: Request, exc: Exception) -> Response:
     # Starlette's server-error middleware calls this for anything unhandled, then re-raises it so that
     # uvicorn logs the traceback; the caller gets the error shape instead of a plain-text 500.
-    return error_response(internal_error(exc), request.url.path)
+    return families_of(request).render(request.scope, internal_error(exc))
 
 
 def create_app(settings: ShimSettings) -> FastAPI:
@@ -87,13 +88,15 @@ def create_app(settings: ShimSettings) -> FastAPI:
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.openapi = with_openai_schemas(app)  # type: ignore[method-assign]
+    families = app.state.families = Families()
+    app.openapi = lambda: families.openapi(app)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.inflight = InflightBound(settings.max_inflight)
     app.state.metrics = ShimMetrics()
     app.add_middleware(
         AdmissionMiddleware,
         bound=app.state.inflight,
+        families=families,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         keys=load_keys(Path(settings.auth_keys)) if settings.auth_keys else None,
@@ -108,7 +111,6 @@ def create_app(settings: ShimSettings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
     app.add_exception_handler(Exception, _on_unexpected_error)
-    app.include_router(health.router)
-    app.include_router(native.router)
-    app.include_router(openai_routes.router)
+    for family in FAMILIES:
+        family.attach(app)
     return app

@@ -1,5 +1,8 @@
 """The ASGI middleware that admits API requests to the shim's in-flight bound (shim.admission.bound).
 
+Which requests are the API, and in whose error shape a refusal is answered, it asks the family registry
+(shim.families): it knows no family and no path of its own.
+
 A request is refused with 503 SHIM_OVERLOADED at once when every slot is held, before its body is read.
 A POST's body must declare JSON (415 otherwise) and is then read in full, within `max_body_bytes` (413)
 and `body_timeout_s` (408), before the request takes a slot: a client that sends its body slowly, or
@@ -21,6 +24,7 @@ from shim.admission.auth import check
 from shim.admission.bound import InflightBound
 from shim.admission.request_body import ClientLeft, check_json_media_type, read_body
 from shim.errors import ShimError
+from shim.families import Families
 from shim.identity import (
     FORWARDED_TOKEN,
     REQUEST_ID,
@@ -29,18 +33,7 @@ from shim.identity import (
     TENANT_HEADER,
     request_id_from,
 )
-from shim.jsonio import JsonResponse
-from shim.openai.errors import is_openai_path, openai_error_json, openai_headers
 from shim.refusals import shim_overloaded
-
-API_PREFIX = "/v1/"
-
-
-def error_response(error: ShimError, path: str = "") -> JsonResponse:
-    """The error in the shape of the route family `path` belongs to: OpenAI's, or the native one."""
-    if is_openai_path(path):
-        return JsonResponse(openai_error_json(error), status_code=error.status, headers=openai_headers(error))
-    return JsonResponse(error.to_json(), status_code=error.status, headers=error.headers)
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
@@ -66,6 +59,7 @@ class AdmissionMiddleware:
         app: ASGIApp,
         *,
         bound: InflightBound,
+        families: Families,
         max_body_bytes: int,
         body_timeout_s: float,
         keys: Sequence[TenantEntry] | None = None,
@@ -75,12 +69,13 @@ class AdmissionMiddleware:
         self.keys = keys
         self.access_log = access_log or AccessLog(0.0)
         self.bound = bound
+        self.families = families
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Probes must answer even when the shim is saturated, so only the API counts.
-        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
+        if scope["type"] != "http" or not self.families.in_api(scope["path"]):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -110,7 +105,7 @@ class AdmissionMiddleware:
             if not self.bound.try_acquire():
                 raise shim_overloaded(self.bound.limit)
         except ShimError as error:
-            await error_response(error, scope["path"])(scope, receive, send)
+            await self.families.render(scope, error)(scope, receive, send)
             if log is not None:
                 log.write()
             return

@@ -1,1 +1,15 @@
-"""The native JSON API (/v1/infer, /v1/generate, /v1/sluice/models)."""
+"""The native JSON API family (/v1/infer, /v1/generate, /v1/sluice/models): routes (argument wiring) ->
+request_models (pydantic shapes) -> translate (JSON <-> protobuf) and generate (a generation's collected
+answer or its token/done/error events). Its errors are the shim's own shape. `attach(app)` is all that
+shim.app knows of it."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from shim.families import families_of, shim_shape
+from shim.native import routes
+
+
+def attach(app: FastAPI) -> None:
+    families_of(app).attach(app, routes.router, error_shape=shim_shape)

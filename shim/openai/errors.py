@@ -1,15 +1,13 @@
-"""Errors on the OpenAI routes in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, from the
-shim's one code table (shim/errors.py): the HTTP status is the same as on the native routes, and an overload
-carries `Retry-After` and `retry-after-ms`, which the official SDKs wait for before they retry."""
+"""The OpenAI family's error shape, `{"error": {"message", "type", "param", "code"}}`, from the shim's one
+code table (shim/errors.py): the HTTP status is the same as on the native routes, and an overload carries
+`Retry-After` and `retry-after-ms`, which the official SDKs wait for before they retry."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from shim.errors import ShimError
-
-# Where a path begins, for the routes that answer in OpenAI's shape.
-OPENAI_PREFIXES = ("/v1/chat/", "/v1/completions", "/v1/embeddings", "/v1/models")
+from shim.jsonio import JsonResponse
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -24,10 +22,6 @@ _TYPE_BY_STATUS = {
     499: "invalid_request_error",
     504: "timeout_error",
 }
-
-
-def is_openai_path(path: str) -> bool:
-    return path.startswith(OPENAI_PREFIXES)
 
 
 def openai_error_json(error: ShimError) -> dict[str, Any]:
@@ -49,3 +43,8 @@ def openai_headers(error: ShimError) -> dict[str, str]:
     if error.body.retry_after_s is not None:
         headers["retry-after-ms"] = str(max(1, round(error.body.retry_after_s * 1000)))
     return headers
+
+
+def error_response(error: ShimError) -> JsonResponse:
+    """The family's error shape (shim.families.ErrorShape), for its routes' errors and refusals alike."""
+    return JsonResponse(openai_error_json(error), status_code=error.status, headers=openai_headers(error))

@@ -1,14 +1,11 @@
 """What /openapi.json says of the OpenAI routes. Their bodies are read and parsed by the shim itself
 (admission first, then orjson and pydantic), so FastAPI cannot infer the schemas: each route declares its
-request and answer schemas here, and `with_openai_schemas` adds the models they name to the components."""
+request and answer schemas here, and `component_schemas` gives the models they name to the components."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from shim.openai import request_models, response_models
@@ -43,7 +40,8 @@ def documented(request: type[BaseModel] | None, answer: str, *, streams: bool = 
     return {"openapi_extra": extra, "responses": {"200": ok, **_ERRORS}}
 
 
-def _schemas() -> dict[str, Any]:
+def component_schemas() -> dict[str, Any]:
+    """Every request and answer model of the family, by name, with the models they refer to."""
     out: dict[str, Any] = {}
     for module in (request_models, response_models):
         for model in vars(module).values():
@@ -56,16 +54,3 @@ def _schemas() -> dict[str, Any]:
                 out.update(schema.pop("$defs", {}))
                 out[model.__name__] = schema
     return out
-
-
-def with_openai_schemas(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """An `app.openapi` that builds FastAPI's document once, with the OpenAI models among its schemas."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            document.setdefault("components", {}).setdefault("schemas", {}).update(_schemas())
-            app.openapi_schema = document
-        return app.openapi_schema
-
-    return openapi

@@ -1,0 +1,116 @@
+"""The API families (shim/native, shim/openai, ...) as shared code sees them: a registry that each family's
+`attach(app)` joins with its router, its error shape and the schemas it adds to /openapi.json.
+
+Shared code asks the registry, never a path of its own, two things:
+
+    in_api(path)        is the request the API's (admitted to the in-flight bound, identified, logged)?
+                        Yes under any family's router prefix; the probes and /openapi.json are no family's.
+    error_shape(scope)  in whose shape is an error answered? The family of the route that serves the
+                        request, or, before routing, the route that will (matched as Starlette's router
+                        matches: the first full match, else the first route that differs by method only);
+                        a request no family's route matches gets the shim's own shape (shim_shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fastapi import APIRouter, FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+from starlette.routing import Match
+from starlette.types import Scope
+
+from shim.errors import ShimError
+from shim.jsonio import JsonResponse
+
+#: How a family answers an error: the status and headers the ShimError says, in the family's body shape.
+ErrorShape = Callable[[ShimError], Response]
+
+
+def shim_shape(error: ShimError) -> JsonResponse:
+    """The shim's own shape, `{"error": {code, message, reason, ...}}`, with Retry-After where one is due."""
+    return JsonResponse(error.to_json(), status_code=error.status, headers=error.headers)
+
+
+class Family(Protocol):
+    """An API family as shim.app sees it: a module (a folder's __init__) that attaches itself."""
+
+    def attach(self, app: FastAPI) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    router: APIRouter
+    error_shape: ErrorShape
+    schemas: Callable[[], dict[str, Any]] | None
+
+
+@dataclass(slots=True)
+class Families:
+    """The families attached to one app, in the order their routes match."""
+
+    _members: list[_Member] = field(default_factory=list)
+    api_roots: tuple[str, ...] = ()
+
+    def attach(
+        self,
+        app: FastAPI,
+        router: APIRouter,
+        *,
+        error_shape: ErrorShape,
+        schemas: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        """Includes `router` in `app` as a family's: its routes answer errors in `error_shape`, and
+        `schemas()` (component schemas by name) joins /openapi.json."""
+        if not router.prefix.strip("/"):
+            raise ValueError("an API family's router needs a prefix (such as /v1): its paths are the API")
+        app.include_router(router)
+        self._members.append(_Member(router, error_shape, schemas))
+        root = router.prefix.rstrip("/") + "/"
+        if root not in self.api_roots:
+            self.api_roots = (*self.api_roots, root)
+
+    def in_api(self, path: str) -> bool:
+        return path.startswith(self.api_roots)
+
+    def error_shape(self, scope: Scope) -> ErrorShape:
+        """The shape of the family whose route serves (or, before routing, will serve) the request."""
+        routed = scope.get("route")
+        partial: ErrorShape | None = None
+        for member in self._members:
+            for route in member.router.routes:
+                if routed is not None:
+                    if route is routed:
+                        return member.error_shape
+                    continue
+                match, _ = route.matches(scope)
+                if match is Match.FULL:
+                    return member.error_shape
+                if match is Match.PARTIAL and partial is None:
+                    partial = member.error_shape
+        return partial or shim_shape
+
+    def render(self, scope: Scope, error: ShimError) -> Response:
+        return self.error_shape(scope)(error)
+
+    def openapi(self, app: FastAPI) -> dict[str, Any]:
+        """An `app.openapi`: FastAPI's document, built once, with every family's schemas in its components."""
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            for member in self._members:
+                if member.schemas is not None:
+                    components.update(member.schemas())
+            app.openapi_schema = document
+        return app.openapi_schema
+
+
+def families_of(connection: HTTPConnection | FastAPI) -> Families:
+    """The registry create_app() keeps on the app."""
+    app = connection if isinstance(connection, FastAPI) else connection.app
+    families: Families = app.state.families
+    return families
