@@ -80,8 +80,15 @@ def test_calls_of_one_length_share_a_batch_without_changing_their_vectors(
     similar = [0, 3, 9]  # 26-33 characters: one length bucket
     results = embed_concurrently(encoder_server, [TEXTS[i] for i in similar] * 5)
     assert max(r.batch_size for r in results) > 1, [r.batch_size for r in results]
+    with SluiceClient(encoder_server.target) as client:
+        alone = [client.infer(MODEL, {"text": [TEXTS[i]]}) for i in similar]
+    assert [r.batch_size for r in alone] == [1, 1, 1]
     for index, result in enumerate(results):
         np.testing.assert_allclose(vector(result), reference[similar[index % 3]], atol=1e-4)
+        # The README's contract: within 1e-5 of the server's own vector for the text alone, cosine 1 - 1e-6.
+        mine = vector(alone[index % 3])
+        np.testing.assert_allclose(vector(result), mine, rtol=0, atol=1e-5)
+        assert float(vector(result) @ mine) >= 1 - 1e-6
 
 
 def test_similar_sentences_are_closer_than_unrelated_ones(encoder_server: ServerProcess) -> None:
