@@ -26,6 +26,7 @@ from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
 from server.admission.reader import GuardedMethod
+from server.admission.tenants import Keys
 from server.batching.worker import ModelWorker
 from server.config import Settings
 from server.frontends.engine import FrontendPool
@@ -35,7 +36,6 @@ from server.placement import DevicePlacement, breaker_for, place
 from server.reflection import enable_reflection
 from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
-from server.tenants import Keys
 from server.tls import is_loopback, server_credentials
 
 log = logging.getLogger(__name__)

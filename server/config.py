@@ -28,7 +28,7 @@ class Settings:
         None, help="PEM CA that clients' certificates must chain to (mTLS)", shown="no client certificates"
     )
     auth_keys: str | None = setting(
-        None, help="TOML file of tenants (server/tenants.py): callers need a bearer token from it",
+        None, help="TOML file of tenants (server/admission/tenants.py): callers need a bearer token from it",
         shown="no authentication",
     )  # fmt: skip
     metrics_token_sha256: str | None = setting(

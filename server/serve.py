@@ -16,9 +16,9 @@ from pathlib import Path
 
 from process.flags import FlagError
 from process.log_limits import install_repeat_filter
+from server.admission.tenants import Keys
 from server.config import Settings, from_namespace, parser
 from server.runtimes.registry import check_models
-from server.tenants import Keys
 
 PROG = "sluice serve"
 

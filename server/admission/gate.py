@@ -7,11 +7,14 @@ The drain rate behind deadline estimates is learnt only while callers queue: the
 that each handed their slot to a waiter. Gaps that include idle time say nothing about how fast a queue
 drains (after a minute of quiet they made the first calls of a burst look unmeetable).
 
-A call's own service time is either the hold time of calls that ended well (Infer: the EWMA of successful
-calls only; a cancelled, failed or timed-out call says nothing about it), or, for a gate given
-`service_of` (Generate), what the scheduler says that much work takes at its measured decode rate: how long
-earlier streams' readers took is not a property of the model. An idle gate never refuses on its estimate:
-the call is the probe that refreshes it (an estimate that refused everything would otherwise never unlearn).
+A call's own service time is either the EWMA of how long calls held their slot (Infer), or, for a gate
+given `service_of` (Generate), what the scheduler says that much work takes at its measured decode rate:
+how long earlier streams' readers took, or how long a stalled peer kept a stream, is not a property of the
+model, so a Generate gate learns nothing from hold times. (Learning Infer's only from successful calls
+was tried: in the cancellation storm test the estimate then stayed near zero, 2 ms-deadline calls were
+let in, and Infer callers stopped queueing: 21-45 admitted instead of 78.) An idle gate never refuses on
+its estimate: the call is the probe that refreshes it (an estimate that refused everything would
+otherwise never unlearn).
 """
 
 from __future__ import annotations
@@ -140,10 +143,9 @@ class AdmissionGate:
         """The gate an admitted call holds and releases: this one (DeviceGates answers one of its own)."""
         return self
 
-    def release(self, held_s: float, *, learn: bool = False) -> None:
-        """Gives a slot back; `learn`: the call ended well, so its hold time is a service time."""
+    def release(self, held_s: float) -> None:
         now = self._clock()
-        if learn and self._service_of is None:
+        if self._service_of is None:
             self._service_s += _EWMA * (held_s - self._service_s) if self._service_s else held_s
         while self._heap:
             waiter = heapq.heappop(self._heap)

@@ -11,7 +11,7 @@ import contextvars
 import inspect
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeAlias
 
 import grpc
@@ -20,11 +20,11 @@ from prometheus_client import Gauge
 
 from process.access_log import AccessLog
 from server.admission.gate import AdmissionGate
-from server.admission.reader import BytesBudget, GuardedMethod, Refused, parsing_reader
+from server.admission.reader import GuardedMethod, Refused, parsing_reader
+from server.admission.tenants import CALLER, TENANT_KEY
 from server.admission.watchdog import WriteWatchdog
 from server.errors import SluiceError, clip
 from server.status import to_grpc_status
-from server.tenants import CALLER, TENANT_KEY
 
 Context = grpc.aio.ServicerContext[Any, Any]
 REQUEST_ID_KEY = "x-request-id"
@@ -54,22 +54,21 @@ class Slot:
     __slots__ = ("admitted", "gate", "in_flight", "on_release", "released")
 
     def __init__(
-        self, gate: AdmissionGate, in_flight: Gauge, on_release: Callable[[], None] | None = None
+        self, gate: AdmissionGate, in_flight: Gauge, on_release: Sequence[Callable[[], None]] = ()
     ) -> None:
         self.gate = gate
         self.in_flight = in_flight
-        self.on_release = on_release  # a tenant's share of the gate, given back with the slot
+        self.on_release = on_release  # what policies took with the slot (a tenant's share), given back
         self.admitted = time.monotonic()
         self.released = False
 
-    def release(self, *, learn: bool = False) -> None:
-        """`learn`: the call ended well, so the gate may take its hold time as a service time."""
+    def release(self) -> None:
         if not self.released:
             self.released = True
             self.in_flight.dec()
-            self.gate.release(time.monotonic() - self.admitted, learn=learn)
-            if self.on_release is not None:
-                self.on_release()
+            self.gate.release(time.monotonic() - self.admitted)
+            for release in self.on_release:
+                release()
 
 
 Admit = Callable[[Any, Context, GuardedMethod], Awaitable[Slot]]
@@ -94,16 +93,16 @@ def guarded_handler(
     admit: Admit,
     watchdog: WriteWatchdog,
     access_log: AccessLog,
-    budget: BytesBudget | None = None,
+    finish: Callable[[], None] = lambda: None,
 ) -> Handler:
+    """`finish` runs as the call ends, however it ends (the policies' finish hooks)."""
     name = method.name
-    release_bytes = budget.release if budget is not None else _nothing
     if handler.unary_stream is not None:
         stream_behaviour: Any = handler.unary_stream
 
         async def guarded_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             call_log = _CallLog.sampled(access_log, name, request, context)
-            with call_log or _UNLOGGED, _finally(release_bytes):
+            with call_log or _UNLOGGED, _finally(finish):
                 slot = await admit(request, context, method)
                 STREAM_SLOT.set(slot)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
@@ -128,15 +127,13 @@ def guarded_handler(
 
     async def guarded_unary(request: Any, context: Context) -> Any:
         call_log = _CallLog.sampled(access_log, name, request, context)
-        with call_log or _UNLOGGED, _finally(release_bytes):
+        with call_log or _UNLOGGED, _finally(finish):
             slot = await admit(request, context, method)
             context.set_trailing_metadata(_identity(request))
             try:
                 response = await unary_behaviour(request, context)
-            except BaseException:
+            finally:
                 slot.release()
-                raise
-            slot.release(learn=True)
             if call_log is not None:
                 call_log.answer = response
             return response
@@ -149,13 +146,9 @@ def guarded_handler(
 _UNLOGGED = contextlib.nullcontext()
 
 
-def _nothing() -> None:
-    pass
-
-
 @contextlib.contextmanager
 def _finally(release: Callable[[], None]) -> Iterator[None]:
-    """Gives the call's request bytes back however it ends (answered, refused, cancelled)."""
+    """Runs `release` however the call ends (answered, refused, cancelled)."""
     try:
         yield
     finally:

@@ -1,18 +1,19 @@
-"""AdmissionInterceptor: refuses or admits Infer/Generate calls before the servicer sees them.
+"""AdmissionInterceptor: refuses or admits Infer/Generate calls before the servicer sees them, by running
+its list of admission policies (server/admission/policy.py, one file each in policies/).
 
-Every refusal (draining, warming up, unknown model or wrong RPC, memory breaker open, the model's queue
-full) is decided by the deserializer from the model the raw request names (server/admission/reader.py): a
-refused body is never parsed. Admitted calls wait in their model's gate by priority; the slot is released
-once the unary call returns or the stream has ended, on every path, or by the WriteWatchdog when the peer
-stops accepting data (server/admission/handlers.py wraps each method).
+Policies screen the metadata before the body is read (authentication), then the model the raw request
+names before it is parsed (server/admission/reader.py: draining, readiness, the model, a tenant's models,
+the memory breaker, the queue bound, the byte budget), then hold what they take around the slot (a
+tenant's share and rate). Admitted calls wait in their model's gate by priority; the slot is released once
+the unary call returns, the stream's KV slot is free or the stream has ended, on every path, or by the
+WriteWatchdog when the peer stops accepting data (server/admission/handlers.py wraps each method).
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,15 +34,14 @@ from server.admission.handlers import (
     parsing_handler,
     refusing_handler,
 )
-from server.admission.reader import BytesBudget, GuardedMethod, Refused, admission_reader
+from server.admission.policies import Lifecycle, default_policies
+from server.admission.policy import Admission, AdmissionPolicy, Policies
+from server.admission.reader import GuardedMethod, Refused, admission_reader
+from server.admission.tenants import Keys
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
-from server.errors import InvalidArgument, ModelNotFound, NotReady, ShuttingDown, SluiceError, WrongMethod
+from server.errors import ModelNotFound, SluiceError
 from server.metrics import Metrics
-from server.tenants import CALLER, Keys
-
-# Health and reflection answer without a token: load balancers and grpcurl's discovery need them.
-_OPEN = ("/grpc.health.v1.", "/grpc.reflection.")
 
 
 def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
@@ -90,15 +90,25 @@ class AdmissionInterceptor(_ServerInterceptor):
         access_log: AccessLog | None = None,
         keys: Keys | None = None,
         max_request_bytes: int | None = None,
+        policies: Sequence[AdmissionPolicy] | None = None,
     ) -> None:
+        """`policies`: the list to run, in order; by default the server's own (policies/__init__.py), built
+        from the other arguments."""
         self.methods = dict(methods)
-        self.keys = keys
-        self.budget = BytesBudget(max_request_bytes) if max_request_bytes else None
-        self.breaker = breaker
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
-        self.draining = False
-        self.ready = False
+        self.lifecycle = Lifecycle()
+        self.policies = Policies(
+            policies
+            if policies is not None
+            else default_policies(
+                lifecycle=self.lifecycle,
+                metrics=metrics,
+                keys=keys,
+                breaker=breaker,
+                max_request_bytes=max_request_bytes,
+            )
+        )
         self.access_log = access_log or AccessLog(0.0)
         # Twice the stall timeout: a stalled consumer is first ended by its scheduler, with a final message
         # that is delivered if the peer reads again; the watchdog is the backstop for a stream that cannot
@@ -110,6 +120,22 @@ class AdmissionInterceptor(_ServerInterceptor):
         self._request_ids = RequestIds()
         self._guarded_handlers: dict[tuple[str, int, int], grpc.RpcMethodHandler[Any, Any]] = {}
 
+    @property
+    def ready(self) -> bool:
+        return self.lifecycle.ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self.lifecycle.ready = value
+
+    @property
+    def draining(self) -> bool:
+        return self.lifecycle.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.lifecycle.draining = value
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
@@ -119,12 +145,10 @@ class AdmissionInterceptor(_ServerInterceptor):
         if handler is None or handler.request_streaming:
             return handler
         path = handler_call_details.method
-        if self.keys is not None and not path.startswith(_OPEN):
+        if self.policies.screens:
             # Checked on the metadata alone, before the body is read: a refused call is never parsed.
-            try:
-                CALLER.set(self.keys.authenticate(_metadata(handler_call_details)))
-            except SluiceError as error:
-                self.metrics.refused.labels("", path.rpartition("/")[2], error.reason).inc()
+            error = self.policies.screen(path, _metadata(handler_call_details))
+            if error is not None:
                 return refusing_handler(handler, error)
         method = self.methods.get(path)
         # Built once per method (and per install of the models): the wrapper holds no per-call state.
@@ -142,38 +166,15 @@ class AdmissionInterceptor(_ServerInterceptor):
     def refusal(self, method: GuardedMethod, model: str) -> SluiceError | None:
         """Why a call to `model` through `method` may not even queue, or None: decided from the model name
         alone, before the request is parsed."""
-        if self.draining:
-            return ShuttingDown("the server is draining; retry on another replica", retry_after_s=1.0)
-        if not self.ready:
-            return NotReady("the server is loading and warming up its models", retry_after_s=1.0)
-        if not model:
-            return InvalidArgument("model must be set", field="model")
-        gate = method.gates.get(model)
-        tenant = CALLER.get()
-        if tenant is not None and gate is not None:
-            try:
-                tenant.check_model(model)
-            except SluiceError as error:
-                self.metrics.tenant_calls.labels(tenant.name, error.reason).inc()
-                return error
-        if gate is None:
-            serving = method.elsewhere.get(model)
-            if serving is not None:
-                return WrongMethod(model, method.name, serving)
-            return ModelNotFound(model, sorted(method.gates))
-        if self.breaker is not None and self.breaker.is_open:
-            return self.breaker.refusal()
-        if gate.is_full():
-            return gate.overloaded()
-        return None
+        return self.policies.check(method, model)
 
     def _guarded(self, handler: Handler, method: GuardedMethod) -> Handler:
         read = admission_reader(
             method,
             handler.request_deserializer,
-            decide=self.refusal,
+            decide=self.policies.check,
             max_message_bytes=self.max_message_bytes,
-            budget=self.budget,
+            weigh=self.policies.weigh,
         )
         return guarded_handler(
             handler,
@@ -182,7 +183,7 @@ class AdmissionInterceptor(_ServerInterceptor):
             admit=self._admit,
             watchdog=self.watchdog,
             access_log=self.access_log,
-            budget=self.budget,
+            finish=self.policies.finish,
         )
 
     async def _admit(self, request: Any, context: Context, method: GuardedMethod) -> Slot:
@@ -196,29 +197,26 @@ class AdmissionInterceptor(_ServerInterceptor):
             request.request_id = self._request_ids.next()
         model = request.model
         gate = method.gates.get(model)
-        tenant = CALLER.get()
-        taken = False
+        admission: Admission | None = None
+        releases: list[Callable[[], None]] = []
         try:
             if gate is None:  # the reader checked; a message whose model changed under parsing lands here
                 raise ModelNotFound(model, sorted(method.gates))
-            priority = decode_priority(request.priority)
-            if tenant is not None and self.keys is not None:  # a tenant only comes from the keys
-                priority = min(priority, tenant.priority_ceiling)
-                tenant.take(model, gate.slots, self.keys.clock())  # before it queues
-                taken = True
+            admission = Admission(request, method, model, gate, decode_priority(request.priority))
+            releases = self.policies.hold(admission)  # before it queues
             instruments = self._instruments(model, method.name)
             queued = gate.in_use >= gate.slots
             instruments.waiting.inc()
             try:
                 work = method.work_of(request) if method.work_of is not None else 0
-                waited = await gate.acquire(priority, context.time_remaining(), work)
+                waited = await gate.acquire(admission.priority, context.time_remaining(), work)
             finally:
                 instruments.waiting.dec()
         except SluiceError as error:
-            if taken and tenant is not None:
-                tenant.release(model)
-            if tenant is not None:
-                self.metrics.tenant_calls.labels(tenant.name, error.reason).inc()
+            for release in reversed(releases):
+                release()
+            if admission is not None:
+                self.policies.settle(admission, error)
             self.metrics.refused.labels(model if gate is not None else "", method.name, error.reason).inc()
             await abort(context, error)
             raise
@@ -228,11 +226,9 @@ class AdmissionInterceptor(_ServerInterceptor):
         instruments.in_flight.inc()
         instruments.queue_wait.observe(waited)
         ADMISSION_WAIT.set(waited)
-        held = gate.held_gate()  # with several devices, the one this call was admitted on
-        if tenant is None:
-            return Slot(held, instruments.in_flight)
-        self.metrics.tenant_calls.labels(tenant.name, "admitted").inc()
-        return Slot(held, instruments.in_flight, functools.partial(tenant.release, model))
+        self.policies.settle(admission, None)
+        # With several devices the gate to release is the one this call was admitted on.
+        return Slot(gate.held_gate(), instruments.in_flight, releases)
 
     def _instruments(self, model: str, method: str) -> _Instruments:
         """Labelled metric children, resolved once per served (model, method) rather than per request."""

@@ -5,7 +5,6 @@ failures into INVALID_ARGUMENT naming the field. It never raises: grpc would ans
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,7 @@ from google.protobuf.message import DecodeError
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.codec.wire import find_invalid_utf8, last_string_field
-from server.errors import InvalidArgument, Overloaded, RequestTooLarge, SluiceError
+from server.errors import InvalidArgument, RequestTooLarge, SluiceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,36 +45,8 @@ class Refused:
 
 
 Decide = Callable[[GuardedMethod, str], SluiceError | None]
-
-
-class BytesBudget:
-    """Request bytes admitted and not yet answered, against a limit: what callers' tensors may hold in the
-    server at once (96 concurrent 4 MiB requests once raised its RSS by 319 MB that was never returned).
-    Taken by the deserializer before it parses, given back when the call ends."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
-
-    def take(self, size: int) -> SluiceError | None:
-        if self.in_flight + size > self.limit and self.in_flight > 0:  # one call alone always fits
-            return Overloaded(
-                f"{self.in_flight} request bytes in flight; {size} more would pass the {self.limit} limit",
-                reason="REQUEST_BYTES",
-                retry_after_s=0.1,
-                metadata={"limit": self.limit, "in_flight": self.in_flight},
-            )
-        self.in_flight += size
-        CALL_BYTES.set(size)
-        return None
-
-    def release(self) -> None:
-        self.in_flight -= CALL_BYTES.get()
-        CALL_BYTES.set(0)
-
-
-# The bytes the current call holds of the budget (one task per call; set by the deserializer).
-CALL_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("call_bytes", default=0)
+# A check on the request's size alone, which runs even when its bytes name no model (the byte budget).
+Weigh = Callable[[GuardedMethod, str | None, int], SluiceError | None]
 
 
 def admission_reader(
@@ -84,7 +55,7 @@ def admission_reader(
     *,
     decide: Decide,
     max_message_bytes: int,
-    budget: BytesBudget | None = None,
+    weigh: Weigh | None = None,
 ) -> Callable[[bytes], Any]:
     """The deserializer for `method`: a request message, or a Refused."""
     number = method.model_field
@@ -105,7 +76,7 @@ def admission_reader(
             if refusal is not None:
                 served = model in method.gates or model in method.elsewhere
                 return Refused(refusal, model if served else "")
-        if budget is not None and (over := budget.take(len(data))) is not None:
+        if weigh is not None and (over := weigh(method, model, len(data))) is not None:
             return Refused(over, model if model is not None and model in method.gates else "")
         return parse(data)
 

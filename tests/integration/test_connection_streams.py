@@ -111,7 +111,10 @@ def test_the_default_limit_holds_a_shims_max_inflight(tmp_path: Path) -> None:
     server = start_server("--models", "mlp", "--max-concurrency", "16", "--max-queue", "16")
     h2load_on_one_connection(server, 512, tmp_path)
     shim = start_shim(server.target, "--max-inflight", "512")
-    body = {"model": "mlp", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}]}
+    body = {
+        "model": "mlp",
+        "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}],
+    }
     try:
 
         async def wave(outcomes: collections.Counter[str]) -> None:

@@ -1,7 +1,8 @@
 """One stalled peer cannot lock short-deadline Generate calls out (issue 23, item 2). A peer opens 32
-Generate streams on one connection (1,000 tokens each) with a 1 KiB window it never replenishes, while it reads the socket and
-answers pings. The streams' admission slots come back with their KV slots, not a stall timeout later, and a
-2-token Generate with a 3 s deadline is served the moment capacity is free, and after the peer has gone.
+Generate streams on one connection (1,000 tokens each) with a 1 KiB window it never replenishes, while it
+reads the socket and answers pings. The streams' admission slots come back with their KV slots, not a stall
+timeout later, and a 2-token Generate with a 3 s deadline is served the moment capacity is free, and after
+the peer has gone.
 
 Before, the gate learnt the stalled streams' hold time (two stall timeouts, over the bystander's deadline)
 as Generate's service time, and with nothing else admitted never unlearnt it: every such call was refused

@@ -122,26 +122,11 @@ def test_unmeetable_deadline_is_refused_up_front() -> None:
     async def main() -> None:
         gate = AdmissionGate("t", slots=1, max_waiting=4)
         await gate.acquire(Priority.NORMAL, None)
-        gate.release(0.5, learn=True)  # teaches the gate that a call holds its slot for 0.5 s
+        gate.release(0.5)  # teaches the gate that a call holds its slot for 0.5 s
         await gate.acquire(Priority.NORMAL, None)
         with pytest.raises(DeadlineUnmeetable) as info:
             await gate.acquire(Priority.NORMAL, 0.1)
         assert gate.waiting == 0 and info.value.retry_after_s is not None
-
-    run(main())
-
-
-def test_calls_that_ended_badly_teach_no_service_time() -> None:
-    """Cancelled, failed, stalled or timed-out calls held their slot for reasons that are not the model's:
-    20 s of a stalled reader once refused every short-deadline call for good."""
-
-    async def main() -> None:
-        gate = AdmissionGate("t", slots=2, max_waiting=4)
-        await gate.acquire(Priority.NORMAL, None)
-        gate.release(20.0)  # ended badly: learn=False
-        await gate.acquire(Priority.NORMAL, None)
-        await gate.acquire(Priority.NORMAL, 3.0)  # admitted: nothing was learnt
-        assert gate.estimated_wait_s() == 0.0
 
     run(main())
 
@@ -153,12 +138,12 @@ def test_an_idle_gate_never_refuses_on_its_estimate() -> None:
     async def main() -> None:
         gate = AdmissionGate("t", slots=2, max_waiting=4)
         await gate.acquire(Priority.NORMAL, None)
-        gate.release(20.0, learn=True)
+        gate.release(20.0)
         assert gate.in_use == 0
         await gate.acquire(Priority.NORMAL, 3.0)  # the probe
         with pytest.raises(DeadlineUnmeetable):
             await gate.acquire(Priority.NORMAL, 3.0)  # one is in flight: the estimate stands
-        gate.release(0.01, learn=True)  # the probe came back fast: the estimate moves down
+        gate.release(0.01)  # the probe came back fast: the estimate moves down
         assert gate.estimated_wait_s() < 20.0
 
     run(main())
@@ -171,7 +156,7 @@ def test_a_gate_with_a_service_model_estimates_by_the_work_asked() -> None:
     async def main() -> None:
         gate = AdmissionGate("t", slots=4, max_waiting=4, service_of=lambda tokens: tokens * 0.01)
         await gate.acquire(Priority.NORMAL, None)
-        gate.release(60.0, learn=True)  # a slow reader's stream: not a service time for this gate
+        gate.release(60.0)  # a slow reader's stream: not a service time for this gate
         await gate.acquire(Priority.NORMAL, None)
         await gate.acquire(Priority.NORMAL, 3.0, 2)  # 2 tokens: 20 ms
         with pytest.raises(DeadlineUnmeetable) as info:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from server.admission.tenants import Keys
 from server.domain import Priority
 from server.errors import PermissionDenied, TenantQuota, Unauthenticated
-from server.tenants import Keys
 
 
 def keys_file(tmp_path: Path, body: str) -> Path:

@@ -1,0 +1,30 @@
+"""Authentication: a call must present a token the keys file knows; checked on its metadata alone, before
+its bytes are read. The tenant it names is the call's CALLER from then on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from server.admission.policy import AdmissionPolicy
+from server.admission.tenants import CALLER, Keys
+from server.errors import SluiceError
+from server.metrics import Metrics
+
+# Health and reflection answer without a token: load balancers and grpcurl's discovery need them.
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+class Authentication(AdmissionPolicy):
+    def __init__(self, keys: Keys, metrics: Metrics) -> None:
+        self.keys = keys
+        self.metrics = metrics
+
+    def screen(self, path: str, metadata: Mapping[str, str]) -> SluiceError | None:
+        if path.startswith(OPEN_PREFIXES):
+            return None
+        try:
+            CALLER.set(self.keys.authenticate(metadata))
+        except SluiceError as error:
+            self.metrics.refused.labels("", path.rpartition("/")[2], error.reason).inc()
+            return error
+        return None

@@ -1,0 +1,19 @@
+"""KnownModel: a call names a model this RPC serves; one the other RPC serves says which RPC is right."""
+
+from __future__ import annotations
+
+from server.admission.policy import AdmissionPolicy
+from server.admission.reader import GuardedMethod
+from server.errors import InvalidArgument, ModelNotFound, SluiceError, WrongMethod
+
+
+class KnownModel(AdmissionPolicy):
+    def check(self, method: GuardedMethod, model: str) -> SluiceError | None:
+        if not model:
+            return InvalidArgument("model must be set", field="model")
+        if model in method.gates:
+            return None
+        serving = method.elsewhere.get(model)
+        if serving is not None:
+            return WrongMethod(model, method.name, serving)
+        return ModelNotFound(model, sorted(method.gates))
