@@ -1,5 +1,5 @@
 """The native JSON API family (/v1/infer, /v1/generate, /v1/sluice/models): routes (argument wiring) ->
-request_models (pydantic shapes) -> translate (JSON <-> protobuf) and generate (a generation's collected
+request_models (pydantic shapes) -> translate (JSON <-> protobuf) and generation (a generation's collected
 answer or its token/done/error events). Its errors are the shim's own shape. `attach(app)` is all that
 shim.app knows of it."""
 

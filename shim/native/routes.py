@@ -1,5 +1,6 @@
-"""The native JSON API: /v1/infer, /v1/generate (JSON or SSE) and /v1/models, each a thin
-parse -> translate -> call -> translate path over the shared upstream channel.
+"""The native family's routes: /v1/infer, /v1/generate (JSON or SSE) and /v1/sluice/models, each a thin
+parse -> translate -> call -> translate path over the shared upstream channel; a generation goes through
+the shim's one stream consumer (shim.stream.consumer), rendered by shim.native.generation.
 
 The admission middleware has already read each body (bounded in size and time); routes parse it.
 """
@@ -18,10 +19,9 @@ from shim.admission.request_body import parse_body
 from shim.errors import upstream_errors
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
-from shim.native import generate as generation
-from shim.native import translate
+from shim.native import generation, translate
 from shim.native.request_models import GenerateBody, InferBody
-from shim.stream.sse import EventStreamResponse
+from shim.stream.consumer import Generations, respond
 from shim.upstream.call_options import call_options
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
@@ -57,24 +57,21 @@ async def generate(request: Request) -> Response:
     body = parse_body(await request.body(), GenerateBody)
     options = call_options(body.priority, request.headers, default_timeout_s=settings.generate_timeout_s)
     message = translate.generate_request_to_proto(body, priority=options.priority)
-    call = upstream_of(request).inference.Generate(message, timeout=options.timeout_s)
-    handed_off = False
-    try:
-        with _upstream_errors(request, translate.json_field_for):
-            first = await unless_disconnected(request, generation.first_message(call))
-            if not body.stream:
-                return JsonResponse(await unless_disconnected(request, generation.collect(call, first)))
-        events = generation.relay_events(
-            call, first, heartbeat_s=settings.sse_heartbeat_s, reconnect_s=settings.reconnect_backoff_s
-        )
-        handed_off = True
-        return EventStreamResponse(events, on_close=call.cancel)
-    except ClientDisconnected:
-        return client_left(request)
-    finally:
-        # Until the stream response owns the call, any exit (error, JSON answer, disconnect) ends it here.
-        if not handed_off:
-            call.cancel()
+    generations = Generations(
+        upstream_of(request),
+        [message],
+        timeout_s=options.timeout_s,
+        reconnect_s=settings.reconnect_backoff_s,
+        json_field=translate.json_field_for,
+    )
+    heartbeat_s = settings.sse_heartbeat_s
+    return await respond(
+        request,
+        generations,
+        stream=body.stream,
+        answer=lambda choices: JsonResponse(generation.answer(choices[0])),
+        events=lambda calls: generation.events(calls, heartbeat_s=heartbeat_s),
+    )
 
 
 @router.get("/sluice/models")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from sluice.inference.v1 import inference_pb2 as pb
@@ -14,9 +14,9 @@ from sluice.inference.v1 import inference_pb2 as pb
 from clients.messages import build_generate_request
 from clients.types import ChatMessage
 from shim.identity import current_request_id
-from shim.openai.generation import Choice, Generations, Piece, token_text
 from shim.openai.request_models import ChatCompletionRequest
-from shim.openai.streaming import choice_events, data_event, usage_json
+from shim.openai.streaming import choice_events, data_event, token_text, usage_json
+from shim.stream.consumer import Choice, Generations, Piece
 
 # OpenAI's developer role is its newer name for the system prompt.
 _ROLES = {"developer": "system"}
@@ -51,7 +51,7 @@ def new_id() -> str:
     return f"chatcmpl-{current_request_id() or secrets.token_hex(12)}"
 
 
-def _logprobs(entries: list[pb.TokenLogprob], wanted: bool) -> dict[str, Any] | None:
+def _logprobs(entries: Sequence[pb.TokenLogprob], wanted: bool) -> dict[str, Any] | None:
     if not wanted:
         return None
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.messages import build_generate_request
 from shim.identity import current_request_id
-from shim.openai.generation import Choice, Generations, Piece, token_text
 from shim.openai.request_models import CompletionRequest
-from shim.openai.streaming import choice_events, data_event, usage_json
+from shim.openai.streaming import choice_events, data_event, token_text, usage_json
+from shim.stream.consumer import Choice, Generations, Piece
 
 
 def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any) -> list[pb.GenerateRequest]:
@@ -45,7 +45,7 @@ def new_id() -> str:
     return f"cmpl-{current_request_id() or secrets.token_hex(12)}"
 
 
-def _logprobs(entries: list[pb.TokenLogprob], wanted: int | None, offset: int) -> dict[str, Any] | None:
+def _logprobs(entries: Sequence[pb.TokenLogprob], wanted: int | None, offset: int) -> dict[str, Any] | None:
     if wanted is None:
         return None
     tokens = [token_text(e.chosen.token) for e in entries]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import string
 import time
-from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -22,11 +21,10 @@ from shim.identity import current_request_id
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
-from shim.openai.generation import Choice, Generations
 from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
 from shim.refusals import invalid_argument
-from shim.stream.sse import EventStreamResponse
+from shim.stream.consumer import Choice, Generations, respond
 from shim.upstream.call_options import CallOptions, call_options
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
@@ -87,59 +85,38 @@ def _options(request: Request, default_timeout_s: float) -> CallOptions:
     return call_options(None, request.headers, default_timeout_s=default_timeout_s)
 
 
-async def _generate(
-    request: Request,
-    body: ChatCompletionRequest | CompletionRequest,
-    requests: list[pb.GenerateRequest],
-    request_id: str,
-    complete: Callable[[Any, list[Choice]], dict[str, Any]],
-    stream: Callable[[Any, Generations], AsyncIterator[bytes]],
-) -> Response:
-    settings = settings_of(request)
-    options = _options(request, settings.generate_timeout_s)
-    generations = Generations(
-        upstream_of(request),
-        requests,
-        timeout_s=options.timeout_s,
-        metadata=_metadata(body),
-        reconnect_s=settings.reconnect_backoff_s,
-    )
-    handed_off = False
-    try:
-        with upstream_errors(json_field=openai_param, reconnect_s=settings.reconnect_backoff_s):
-            with Timer(metrics_of(request), request.url.path):
-                await unless_disconnected(request, generations.start())
-            if not body.stream:
-                choices = await unless_disconnected(request, generations.collect())
-                failed = next((c.error for c in choices if c.error is not None), None)
-                if failed is not None:
-                    raise ShimError(failed)
-                return JsonResponse(complete(body, choices))
-        handed_off = True
-        return EventStreamResponse(stream(body, generations), on_close=generations.cancel)
-    except ClientDisconnected:
-        return client_left(request)
-    finally:
-        if not handed_off:  # until the stream response owns the calls, any exit ends them here
-            generations.cancel()
-
-
 async def _create(
     request: Request, kind: type[ChatCompletionRequest | CompletionRequest], dialect: ModuleType
 ) -> Response:
     """A chat completion or a completion: `dialect` (shim.openai.chat or .completions) builds the Generate
-    calls and shapes their answer."""
+    calls and shapes their answer; the shim's one stream consumer runs them."""
+    settings = settings_of(request)
     body = parse(await request.body(), kind)
     request_id: str = dialect.new_id()
-    heartbeat_s = settings_of(request).sse_heartbeat_s
-    options = _options(request, settings_of(request).generate_timeout_s)
-    return await _generate(
-        request,
-        body,
+    options = _options(request, settings.generate_timeout_s)
+    generations = Generations(
+        upstream_of(request),
         dialect.generate_requests(body, request_id=request_id, priority=options.priority),
-        request_id,
-        lambda b, choices: dialect.completion(b, choices, request_id=request_id),
-        lambda b, generations: dialect.chunks(b, generations, request_id=request_id, heartbeat_s=heartbeat_s),
+        timeout_s=options.timeout_s,
+        reconnect_s=settings.reconnect_backoff_s,
+        metadata=_metadata(body),
+        json_field=openai_param,
+    )
+
+    def answer(choices: list[Choice]) -> Response:
+        failed = next((c.error for c in choices if c.error is not None), None)
+        if failed is not None:  # a choice that ended with an error fails the whole request
+            raise ShimError(failed)
+        return JsonResponse(dialect.completion(body, choices, request_id=request_id))
+
+    heartbeat_s = settings.sse_heartbeat_s
+    return await respond(
+        request,
+        generations,
+        stream=body.stream,
+        answer=answer,
+        events=lambda calls: dialect.chunks(body, calls, request_id=request_id, heartbeat_s=heartbeat_s),
+        timed_as=request.url.path,
     )
 
 

@@ -1,5 +1,7 @@
-"""OpenAI's server-sent events: `data: {json}` per chunk, `data: [DONE]` at the end, an error as a data event
-holding `{"error": ...}` (which the SDKs raise), and the usage totals both APIs report."""
+"""OpenAI's server-sent events, rendered from the shim's one stream consumer (shim.stream.consumer):
+`data: {json}` per chunk, `: ping` on a quiet stream, `data: [DONE]` at the end, an error as a data event
+holding `{"error": ...}` (which the SDKs raise); and what both APIs' answers share: the usage totals and a
+token's text in log-probability listings."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from sluice.inference.v1 import inference_pb2 as pb
 from shim import jsonio
 from shim.errors import ErrorBody, ShimError
 from shim.openai.errors import openai_error_json
-from shim.openai.generation import Generations, Piece
+from shim.stream.consumer import Generations, Piece
+from shim.stream.paced import Heartbeat
+from shim.stream.sse import PING
 
 DONE = b"data: [DONE]\n\n"
 
@@ -41,20 +45,26 @@ async def choice_events(
     n: int,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    """Both APIs' stream after its opening: heartbeats pass through, an error ends it as an error event,
-    `render` writes each piece's chunks, then the usage chunk where asked for and [DONE]."""
+    """Both APIs' stream after its opening: heartbeats pass through, an error (a failed call, or a choice
+    that ended with one) ends it as an error event, `render` writes each piece's chunks, then the usage
+    chunk where asked for and [DONE]."""
     usages: dict[int, pb.Usage] = {}
-    async for item in generations.pieces(heartbeat_s=heartbeat_s):
-        if isinstance(item, bytes):
-            yield item
+    async for item in generations.events(heartbeat_s=heartbeat_s):
+        if isinstance(item, Heartbeat):
+            yield PING
             continue
-        if item.error is not None:
+        if item.error is not None:  # a failed call, or a choice that ended with an error
             yield error_event(item.error)
             return
         for event in render(item):
             yield event
-        if item.usage is not None:  # a choice's last piece
+        if item.finish_reason is not None:  # a choice's last piece
             usages[item.index] = item.usage
     if include_usage:
         yield data_event({**head, "choices": [], "usage": usage_json(usages, n=n)})
     yield DONE
+
+
+def token_text(token: bytes) -> str:
+    """A token's text for log-probability listings: a token holding part of a character shows U+FFFD."""
+    return token.decode("utf-8", errors="replace")

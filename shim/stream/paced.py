@@ -1,10 +1,10 @@
-"""One upstream response stream as an SSE relay reads it: the next message, or HEARTBEAT after a quiet
-interval, without timing out (and so cancelling) the gRPC read.
+"""The upstream response streams of one HTTP request as a relay reads them: the next message of any of them,
+or HEARTBEAT after a quiet interval, without timing out (and so cancelling) a gRPC read.
 
-A reader task keeps at most one message ahead of the relay, so a client that reads slowly still holds the
-server back through gRPC flow control. Per message this costs one future; one repeating timer per stream
-finds the quiet intervals. A task and a timed asyncio.wait per message (the obvious way) cost the shim
-several microseconds more per streamed token, on every token of every stream.
+A reader task per call keeps at most one message of its call ahead of the relay, so a client that reads
+slowly still holds the server back through gRPC flow control. Per message this costs one future; one
+repeating timer finds the quiet intervals. A task and a timed asyncio.wait per message (the obvious way)
+cost the shim several microseconds more per streamed token, on every token of every stream.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -28,37 +29,51 @@ HEARTBEAT = Heartbeat.HEARTBEAT
 
 
 class PacedStream(Generic[T]):
-    """`await next()`: a message, grpc.aio.EOF once the stream ended, or HEARTBEAT when nothing arrived for
-    between one and two `heartbeat_s`; raises the call's AioRpcError. close() stops reading."""
+    """`await next()`: `(index, item)`, item being a message of `calls[index]`, grpc.aio.EOF once that call
+    ended, or its AioRpcError; or HEARTBEAT when nothing arrived from any call for between one and two
+    `heartbeat_s`. Raises CancelledError once a call was cancelled from outside, or once every call has
+    ended and all was taken. close() stops reading."""
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, T], *, heartbeat_s: float) -> None:
-        self._call = call
+    def __init__(self, calls: Sequence[grpc.aio.UnaryStreamCall[Any, T]], *, heartbeat_s: float) -> None:
         self._loop = asyncio.get_running_loop()
-        self._items: deque[T | grpc.aio.EOFType | grpc.aio.AioRpcError] = deque()
+        self._items: deque[tuple[int, T | grpc.aio.EOFType | grpc.aio.AioRpcError]] = deque()
+        self._unread = [0] * len(calls)  # items of each call the relay has not taken yet
+        self._taken: list[asyncio.Future[None] | None] = [None] * len(calls)
         self._waiter: asyncio.Future[None] | None = None
-        self._taken: asyncio.Future[None] | None = None
         self._heard = False  # something arrived since the timer last looked
         self._quiet = False  # the timer found a quiet interval: the next empty wait answers HEARTBEAT
+        self._reading = len(calls)  # readers still running
+        self._broken: BaseException | None = None  # why a reader stopped before its call's end
         self._interval = heartbeat_s
         self._timer = self._loop.call_later(heartbeat_s, self._tick)
-        self._reader = self._loop.create_task(self._read())
-        self._reader.add_done_callback(lambda _: self._wake())
+        self._readers = [self._loop.create_task(self._read(i, call)) for i, call in enumerate(calls)]
+        for reader in self._readers:
+            reader.add_done_callback(self._on_reader_done)
 
-    async def _read(self) -> None:
+    async def _read(self, index: int, call: grpc.aio.UnaryStreamCall[Any, T]) -> None:
         try:
             while True:
-                item = await self._call.read()
-                self._put(item)
+                item = await call.read()
+                self._put(index, item)
                 if item is _EOF:
-                    return
-                if self._items:  # the relay has not taken it yet: read no further
-                    self._taken = self._loop.create_future()
-                    await self._taken
+                    break
+                if self._unread[index]:  # the relay has not taken it yet: read no further
+                    taken = self._taken[index] = self._loop.create_future()
+                    await taken
         except grpc.aio.AioRpcError as exc:
-            self._put(exc)
+            self._put(index, exc)
+        self._reading -= 1
 
-    def _put(self, item: T | grpc.aio.EOFType | grpc.aio.AioRpcError) -> None:
-        self._items.append(item)
+    def _on_reader_done(self, reader: asyncio.Task[None]) -> None:
+        if reader.cancelled():  # the call was cancelled from outside
+            self._broken = asyncio.CancelledError("the upstream stream was cancelled")
+        elif (failure := reader.exception()) is not None:
+            self._broken = failure  # raised by next(), to fail the relay with its traceback
+        self._wake()
+
+    def _put(self, index: int, item: T | grpc.aio.EOFType | grpc.aio.AioRpcError) -> None:
+        self._items.append((index, item))
+        self._unread[index] += 1
         self._heard = True
         self._wake()
 
@@ -74,24 +89,26 @@ class PacedStream(Generic[T]):
         self._heard = False
         self._timer = self._loop.call_later(self._interval, self._tick)
 
-    async def next(self) -> T | grpc.aio.EOFType | Heartbeat:
+    async def next(self) -> tuple[int, T | grpc.aio.EOFType | grpc.aio.AioRpcError] | Heartbeat:
         while not self._items:
             if self._quiet:
                 self._quiet = False
                 return HEARTBEAT
-            if self._reader.done():  # cancelled from outside (the call was cancelled)
+            if self._broken is not None:
+                raise self._broken
+            if not self._reading:
                 raise asyncio.CancelledError("the upstream stream was cancelled")
             self._waiter = self._loop.create_future()
             await self._waiter
         self._quiet = False
-        item = self._items.popleft()
-        taken = self._taken
+        index, item = self._items.popleft()
+        self._unread[index] -= 1
+        taken = self._taken[index]
         if taken is not None and not taken.done():
             taken.set_result(None)
-        if isinstance(item, grpc.aio.AioRpcError):
-            raise item
-        return item
+        return index, item
 
     def close(self) -> None:
         self._timer.cancel()
-        self._reader.cancel()
+        for reader in self._readers:
+            reader.cancel()

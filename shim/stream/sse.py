@@ -1,9 +1,8 @@
-"""Server-sent events: the framing of one event, the `: ping` heartbeat, the terminal events,
-and the response class that carries them with the headers proxies need to pass them unbuffered."""
+"""Server-sent events for every API family: the framing of a named event, the `: ping` heartbeat, and the
+response class that carries a family's events with the headers proxies need to pass them unbuffered."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -12,7 +11,6 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from shim import jsonio
-from shim.errors import ErrorBody
 
 PING = b": ping\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -21,34 +19,6 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def frame(event: str, data: Any) -> bytes:
     """One SSE event; the JSON is compact and on one line, so a single `data:` field always suffices."""
     return b"event: " + event.encode() + b"\ndata: " + jsonio.dumps(data) + b"\n\n"
-
-
-def token_event(text: str, token_ids: list[int]) -> bytes:
-    return frame("token", {"text": text, "token_ids": token_ids})
-
-
-def done_event(finish_reason: str, usage: dict[str, int], error: ErrorBody | None = None) -> bytes:
-    data: dict[str, Any] = {"finish_reason": finish_reason, "usage": usage}
-    if error is not None:
-        data["error"] = error.to_json()
-    return frame("done", data)
-
-
-def error_event(error: ErrorBody) -> bytes:
-    return frame("error", {"error": error.to_json()})
-
-
-async def heartbeats_until(pending: asyncio.Future[Any], *, interval_s: float) -> AsyncIterator[bytes]:
-    """Yields a `: ping` for every quiet `interval_s` until `pending` is done, which it never cancels.
-
-    Cancelling a grpc.aio read cancels the whole RPC, so a quiet stream waits on the read
-    rather than timing it out.
-    """
-    while True:
-        done, _ = await asyncio.wait({pending}, timeout=interval_s)
-        if done:
-            return
-        yield PING
 
 
 class EventStreamResponse(StreamingResponse):
