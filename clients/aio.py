@@ -25,6 +25,7 @@ from clients.messages import (
     result_from_response,
 )
 from clients.types import ChatMessage, GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
+from wire.metadata import AUTHORIZATION
 
 __all__ = ["AsyncGenerationStream", "AsyncSluiceClient"]
 
@@ -93,7 +94,7 @@ class AsyncSluiceClient:
     ) -> None:
         self._timeout = check_timeout(timeout)
         # A server started with --auth-keys wants it on every call (as `authorization: Bearer`).
-        self._metadata = (("authorization", f"Bearer {token}"),) if token is not None else None
+        self._metadata = ((AUTHORIZATION, f"Bearer {token}"),) if token is not None else None
         self._channel = open_aio_channel(target, settings or ChannelSettings(), credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
 

@@ -23,6 +23,7 @@ import grpc
 from grpc import aio
 
 from clients.targets import resolve_target
+from wire.metadata import INFERENCE_SERVICE, READINESS_SERVICE
 
 __all__ = [
     "SERVICE_NAME",
@@ -35,8 +36,7 @@ __all__ = [
     "tls_credentials",
 ]
 
-SERVICE_NAME = "sluice.inference.v1.InferenceService"
-READINESS_SERVICE = "sluice.readiness"
+SERVICE_NAME = INFERENCE_SERVICE
 _RETRIED_METHODS = ("Infer", "ListModels", "GetModel")
 
 ChannelOption = tuple[str, str | int]

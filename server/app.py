@@ -37,12 +37,13 @@ from server.reflection import enable_reflection
 from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
 from server.tls import is_loopback, server_credentials
+from wire.metadata import READINESS_SERVICE
 
 log = logging.getLogger(__name__)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
 HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-READINESS = "sluice.readiness"  # SERVING while new work can be taken; liveness is "" and SERVICE
+READINESS = READINESS_SERVICE  # SERVING while new work can be taken; liveness is "" and SERVICE
 _INFER = f"/{SERVICE}/Infer"
 _GENERATE = f"/{SERVICE}/Generate"
 # The end of the grace period kept for final messages to reach slow readers (at most half the period).

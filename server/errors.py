@@ -27,22 +27,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-#: The most characters of a caller's value that an error message or metadata value repeats.
-ECHO_LIMIT = 64
+from wire import errors as reasons
+from wire.errors import ECHO_LIMIT, clip
+
+__all__ = ["ECHO_LIMIT", "clip"]  # with the error tree below: the clip rule is the wire contract's
+
 _METADATA_LIMIT = 256
-
-
-def clip(value: object, limit: int = ECHO_LIMIT) -> str:
-    """`value` as text, cut to `limit` characters with a marker that gives the original length."""
-    text = str(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
 class SluiceError(Exception):
     """Base of every error a caller may see; `code` is a canonical gRPC status name."""
 
     code = "INTERNAL"
-    reason = "INTERNAL"
+    reason = reasons.INTERNAL
 
     def __init__(
         self,
@@ -62,7 +59,7 @@ class SluiceError(Exception):
 
 class InvalidArgument(SluiceError):
     code = "INVALID_ARGUMENT"
-    reason = "INVALID_ARGUMENT"
+    reason = reasons.INVALID_ARGUMENT
 
     def __init__(
         self,
@@ -78,12 +75,12 @@ class InvalidArgument(SluiceError):
 
 
 class LimitExceeded(InvalidArgument):
-    reason = "LIMIT_EXCEEDED"
+    reason = reasons.LIMIT_EXCEEDED
 
 
 class ModelNotFound(SluiceError):
     code = "NOT_FOUND"
-    reason = "MODEL_NOT_FOUND"
+    reason = reasons.MODEL_NOT_FOUND
 
     def __init__(self, model: str, available: Sequence[str]) -> None:
         super().__init__(
@@ -94,7 +91,7 @@ class ModelNotFound(SluiceError):
 
 class WrongMethod(SluiceError):
     code = "FAILED_PRECONDITION"
-    reason = "WRONG_METHOD"
+    reason = reasons.WRONG_METHOD
 
     def __init__(self, model: str, called: str, serving: str) -> None:
         super().__init__(
@@ -105,64 +102,64 @@ class WrongMethod(SluiceError):
 
 class RequestTooLarge(SluiceError):
     code = "RESOURCE_EXHAUSTED"
-    reason = "REQUEST_TOO_LARGE"
+    reason = reasons.REQUEST_TOO_LARGE
 
 
 class Overloaded(SluiceError):
     code = "RESOURCE_EXHAUSTED"
-    reason = "QUEUE_FULL"
+    reason = reasons.QUEUE_FULL
 
 
 class OutOfMemory(SluiceError):
     code = "RESOURCE_EXHAUSTED"
-    reason = "OUT_OF_MEMORY"
+    reason = reasons.OUT_OF_MEMORY
 
 
 class MemoryPressure(SluiceError):
     code = "UNAVAILABLE"
-    reason = "MEMORY_PRESSURE"
+    reason = reasons.MEMORY_PRESSURE
 
 
 class ShuttingDown(SluiceError):
     code = "UNAVAILABLE"
-    reason = "SHUTTING_DOWN"
+    reason = reasons.SHUTTING_DOWN
 
 
 class NotReady(SluiceError):
     code = "UNAVAILABLE"
-    reason = "NOT_READY"
+    reason = reasons.NOT_READY
 
 
 class DeadlineExpired(SluiceError):
     code = "DEADLINE_EXCEEDED"
-    reason = "DEADLINE_EXPIRED"
+    reason = reasons.DEADLINE_EXPIRED
 
 
 class DeadlineUnmeetable(SluiceError):
     code = "DEADLINE_EXCEEDED"
-    reason = "DEADLINE_UNMEETABLE"
+    reason = reasons.DEADLINE_UNMEETABLE
 
 
 class StalledConsumer(SluiceError):
     code = "CANCELLED"
-    reason = "STALLED_CONSUMER"
+    reason = reasons.STALLED_CONSUMER
 
 
 class Unauthenticated(SluiceError):
     code = "UNAUTHENTICATED"
-    reason = "UNAUTHENTICATED"
+    reason = reasons.UNAUTHENTICATED
 
 
 class PermissionDenied(SluiceError):
     code = "PERMISSION_DENIED"
-    reason = "MODEL_NOT_ALLOWED"
+    reason = reasons.MODEL_NOT_ALLOWED
 
 
 class TenantQuota(SluiceError):
     code = "RESOURCE_EXHAUSTED"
-    reason = "TENANT_QUOTA"
+    reason = reasons.TENANT_QUOTA
 
 
 class ModelFailure(SluiceError):
     code = "INTERNAL"
-    reason = "MODEL_ERROR"
+    reason = reasons.MODEL_ERROR

@@ -14,8 +14,10 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from server.errors import InvalidArgument, SluiceError, clip
+from wire.errors import DOMAIN
+from wire.metadata import RETRY_PUSHBACK_MS
 
-DOMAIN = "sluice.inference.v1"
+__all__ = ["DOMAIN", "to_grpc_status"]
 # A backstop under the clipping each error does of the values it echoes: whatever a message says, the
 # status (message + details, sent twice: as grpc-message and inside grpc-status-details-bin) stays small.
 _MESSAGE_LIMIT = 1024
@@ -33,7 +35,7 @@ def to_grpc_status(error: SluiceError) -> grpc.Status:
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(int(seconds * 1e9))
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-        pushback.append(("grpc-retry-pushback-ms", str(math.ceil(seconds * 1000))))
+        pushback.append((RETRY_PUSHBACK_MS, str(math.ceil(seconds * 1000))))
     if isinstance(error, InvalidArgument):
         bad = error_details_pb2.BadRequest(
             field_violations=[

@@ -11,7 +11,7 @@ const { SluiceError, toSluiceError } = require('./errors');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'protos');
 const PROTO_FILE = 'sluice/inference/v1/inference.proto';
-const SERVICE = 'sluice.inference.v1.InferenceService';
+const { INFERENCE_SERVICE: SERVICE } = require('./wire');
 
 // Same policy as the Python client (AIP-194): retry only UNAVAILABLE, only the unary calls, never Generate.
 const SERVICE_CONFIG = {

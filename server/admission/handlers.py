@@ -25,11 +25,12 @@ from server.admission.tenants import CALLER, TENANT_KEY
 from server.admission.watchdog import WriteWatchdog
 from server.errors import SluiceError, clip
 from server.status import to_grpc_status
+from wire import metadata as metadata_names
 
 Context = grpc.aio.ServicerContext[Any, Any]
-REQUEST_ID_KEY = "x-request-id"
+REQUEST_ID_KEY = metadata_names.REQUEST_ID
 # The end user a gateway acts for (the shim forwards OpenAI's `user`), recorded in the access log only.
-USER_KEY = "x-sluice-user"
+USER_KEY = metadata_names.USER
 USER_LOG_LIMIT = 64
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # grpc's class is generic in its stubs only
 

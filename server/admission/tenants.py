@@ -13,9 +13,10 @@ from pathlib import Path
 from auth.keys import TenantEntry, bearer_token, load_keys, match
 from server.domain import Priority
 from server.errors import PermissionDenied, TenantQuota, Unauthenticated, clip
+from wire import metadata as metadata_names
 
-AUTHORIZATION = "authorization"
-TENANT_KEY = "x-sluice-tenant"
+AUTHORIZATION = metadata_names.AUTHORIZATION
+TENANT_KEY = metadata_names.TENANT
 
 # The calling tenant, set from the metadata as the call starts and read by the deserializer (which refuses
 # a model the tenant may not call), by admission (ceiling, share, rate) and the access log: a task per call.

@@ -9,6 +9,7 @@ import contextvars
 from server.admission.policy import AdmissionPolicy
 from server.admission.reader import GuardedMethod
 from server.errors import Overloaded, SluiceError
+from wire import errors as reasons
 
 # The bytes the current call holds of the budget (one task per call; set by the deserializer).
 CALL_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("call_bytes", default=0)
@@ -23,7 +24,7 @@ class RequestBytes(AdmissionPolicy):
         if self.in_flight + size > self.limit and self.in_flight > 0:  # one call alone always fits
             return Overloaded(
                 f"{self.in_flight} request bytes in flight; {size} more would pass the {self.limit} limit",
-                reason="REQUEST_BYTES",
+                reason=reasons.REQUEST_BYTES,
                 retry_after_s=0.1,
                 metadata={"limit": self.limit, "in_flight": self.in_flight},
             )
