@@ -1,4 +1,5 @@
-"""The pydantic models of the native HTTP API's request bodies; responses are built by translate.py."""
+"""The pydantic models of the native family's request bodies; its answers are built by translate.py and
+generation.py."""
 
 from __future__ import annotations
 
@@ -17,22 +18,11 @@ from pydantic import (
 )
 
 from clients.types import PriorityName
+from shim.proto_values import Int32, Text, UInt64, utf8
 
-_INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
-_UINT64_MAX = 2**64 - 1
 # numpy's limit on the number of dimensions; the shape's product is computed, so its length is bounded.
 MAX_RANK = 64
-
-
-def _utf8(text: str) -> str:
-    # JSON may spell a lone surrogate ("\udc80"), which no UTF-8 protobuf string can carry.
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"must be Unicode text; character {exc.start} is a lone surrogate") from None
-    return text
 
 
 _SCALAR_TYPES = frozenset((bool, int, float, str))
@@ -40,24 +30,21 @@ _SCALAR_TYPES = frozenset((bool, int, float, str))
 
 def _scalars(values: list[Any]) -> list[Any]:
     # One pass over the types instead of a per-element union (25 us of a 512-element list); the packing
-    # in shim/translate.py then checks the kinds against the dtype.
+    # in shim/native/translate.py then checks the kinds against the dtype.
     kinds = set(map(type, values))
     if not _SCALAR_TYPES.issuperset(kinds):
         raise ValueError("elements must be numbers, booleans or strings")
     if str in kinds:
         for value in values:
             if type(value) is str:
-                _utf8(value)
+                utf8(value)
     return values
 
 
-# Every string field of a body is Text: it reaches protobuf, which accepts only valid UTF-8.
-Text = Annotated[str, AfterValidator(_utf8)]
 Elements = Annotated[list[Any], AfterValidator(_scalars)]
 DTypeName = Literal["FLOAT32", "FLOAT64", "FLOAT16", "INT32", "INT64", "BOOL", "STRING"]
 # Strict so that `true` is never read as 1 and "1" never as a number; translate.py checks per dtype.
-Scalar = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, AfterValidator(_utf8)]
-Int32 = Annotated[int, Field(ge=-(2**31), le=_INT32_MAX)]
+Scalar = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, AfterValidator(utf8)]
 # A dimension travels as int64.
 Dim = Annotated[int, Field(ge=0, le=_INT64_MAX)]
 
@@ -104,7 +91,7 @@ class GenerateBody(_Body):
     temperature: float | None = None
     top_p: float | None = None
     top_k: Int32 | None = None
-    seed: Annotated[int, Field(ge=0, le=_UINT64_MAX)] | None = None
+    seed: UInt64 | None = None
     stop: Text | list[Text] | None = None
     min_tokens: Int32 | None = None
     ignore_eos: StrictBool = False

@@ -8,13 +8,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from shim.native.request_models import Int32, Text
+from shim.proto_values import Int32, Text, UInt64
 
-_UINT64_MAX = 2**64 - 1
 MAX_LOGPROBS = 5  # the server's bound on alternatives per token
 MAX_N = 16  # choices per request: each is a stream of its own
 
-Seed = Annotated[int, Field(ge=0, le=_UINT64_MAX)]
+Seed = UInt64
 Probability = Annotated[float, Field(gt=0, le=1)]
 Temperature = Annotated[float, Field(ge=0, le=2)]
 Stop = Text | Annotated[list[Text], Field(max_length=4)] | None

@@ -1,0 +1,28 @@
+"""Pydantic types for the JSON values of a request body that travel in protobuf fields, shared by every API
+family's request models: what such a field can carry is the wire's rule, not a family's."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+_INT32_MAX = 2**31 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+def utf8(text: str) -> str:
+    """`text`, refused (ValueError) where it holds a lone surrogate."""
+    # JSON may spell a lone surrogate ("\udc80"), which no UTF-8 protobuf string can carry.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"must be Unicode text; character {exc.start} is a lone surrogate") from None
+    return text
+
+
+# Every string field of a body is Text: it reaches protobuf, which accepts only valid UTF-8.
+Text = Annotated[str, AfterValidator(utf8)]
+Int32 = Annotated[int, Field(ge=-(2**31), le=_INT32_MAX)]
+UInt64 = Annotated[int, Field(ge=0, le=_UINT64_MAX)]
