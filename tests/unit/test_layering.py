@@ -1,9 +1,12 @@
 """The layout is the architecture: nothing imports upward (the server never imports the shim, the clients or
-the launcher), runtimes never see the wire, and the shared base packages depend on none of the services."""
+the launcher), runtimes never see the wire, and the shared base packages depend on none of the services.
+Inside the shim, what every API family shares knows no family and no API path, and families are peers that
+never import each other: a new family is a folder and one entry in shim/app.py."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ def imports(path: Path) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}  # `from shim import native`
     return found
 
 
@@ -47,4 +51,70 @@ def test_runtimes_never_see_the_wire() -> None:
         for module in imports(path):
             if module.split(".")[0] in {"grpc", "grpc_status", "sluice", "google"}:
                 offences.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not offences, offences
+
+
+SHIM = ROOT / "shim"
+SHIM_COMPOSITION = {Path("app.py")}  # the one module that knows the families, to attach them
+API_PATH = re.compile(r"^/v\d+(/|$)")
+
+
+def shim_families() -> set[str]:
+    """The shim's API families: its folders whose __init__ defines `attach(app)`."""
+    families = set()
+    for init in sorted(SHIM.glob("*/__init__.py")):
+        body = ast.parse(init.read_text()).body
+        if any(isinstance(node, ast.FunctionDef) and node.name == "attach" for node in body):
+            families.add(init.parent.name)
+    return families
+
+
+def family_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "shim" and parts[1] in shim_families() else None
+
+
+def shared_shim_modules() -> list[Path]:
+    families = shim_families()
+    return [
+        path
+        for path in sorted(SHIM.rglob("*.py"))
+        if path.relative_to(SHIM).parts[0] not in families and path.relative_to(SHIM) not in SHIM_COMPOSITION
+    ]
+
+
+def test_the_shim_has_its_families() -> None:
+    assert {"health", "native", "openai"} <= shim_families()
+
+
+def test_the_shims_shared_modules_import_no_family() -> None:
+    offences = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in shared_shim_modules()
+        for module in sorted(imports(path))
+        if family_of(module) is not None
+    ]
+    assert not offences, offences
+
+
+@pytest.mark.parametrize("family", sorted(shim_families()))
+def test_shim_families_never_import_each_other(family: str) -> None:
+    offences = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in sorted((SHIM / family).rglob("*.py"))
+        for module in sorted(imports(path))
+        if family_of(module) not in (None, family)
+    ]
+    assert not offences, offences
+
+
+def test_the_shims_shared_modules_name_no_api_path() -> None:
+    """Whose a request is (its error shape, whether it is the API) is asked of shim.families, not read from
+    a path: a path in shared code is a family's knowledge in the wrong place."""
+    offences = [
+        f"{path.relative_to(ROOT)}:{node.lineno} names {node.value!r}"
+        for path in shared_shim_modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and API_PATH.match(node.value)
+    ]
     assert not offences, offences
