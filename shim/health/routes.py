@@ -1,4 +1,4 @@
-"""Operational endpoints: /healthz says the shim process is alive; /readyz says whether it can take work now
+"""The probes: /healthz says the shim process is alive; /readyz says whether it can take work now
 (a free in-flight slot of its own, and an upstream whose grpc.health.v1 service ("") reports SERVING);
 /metrics is the shim's Prometheus endpoint."""
 

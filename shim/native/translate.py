@@ -1,4 +1,4 @@
-"""JSON <-> protobuf for the native API: tensors, sampling, generation chunks, model metadata,
+"""JSON <-> protobuf for the native family: tensors, sampling, usage, model metadata,
 and the renaming of the server's proto field paths to the JSON names the HTTP caller sent."""
 
 from __future__ import annotations
