@@ -26,6 +26,7 @@ from clients.types import (
     TokenProbability,
     Usage,
 )
+from wire.sampling import Sampling
 
 __all__ = [
     "AsyncGenerationStream",
@@ -43,6 +44,7 @@ __all__ = [
     "PermissionDeniedError",
     "RequestCancelledError",
     "ResourceExhaustedError",
+    "Sampling",
     "SluiceClient",
     "SluiceError",
     "StreamError",

@@ -6,26 +6,26 @@ The same API as `clients.sync`, awaited; request building, decoding and error ma
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 import grpc
 from grpc import aio
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from clients.channel import ChannelSettings, check_timeout, open_aio_channel
+from clients.base import ClientBase, Prompt
+from clients.channel import ChannelSettings, open_aio_channel
 from clients.codec import InputValue
 from clients.errors import typed_errors
 from clients.messages import (
-    build_generate_request,
-    build_infer_request,
     chunk_from_response,
     model_info_from_proto,
     result_from_response,
 )
-from clients.types import ChatMessage, GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
-from wire.metadata import AUTHORIZATION
+from clients.types import GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
+from wire.sampling import Sampling
 
 __all__ = ["AsyncGenerationStream", "AsyncSluiceClient"]
 
@@ -76,7 +76,7 @@ class AsyncGenerationStream:
         await self.aclose()
 
 
-class AsyncSluiceClient:
+class AsyncSluiceClient(ClientBase):
     """An asyncio client of one Sluice server; create and use it on one event loop.
 
     `timeout` is the default deadline, in seconds, of every call (None: no deadline); each method's
@@ -92,14 +92,9 @@ class AsyncSluiceClient:
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
     ) -> None:
-        self._timeout = check_timeout(timeout)
-        # A server started with --auth-keys wants it on every call (as `authorization: Bearer`).
-        self._metadata = ((AUTHORIZATION, f"Bearer {token}"),) if token is not None else None
+        super().__init__(timeout=timeout, token=token)
         self._channel = open_aio_channel(target, settings or ChannelSettings(), credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
-
-    def _deadline(self, timeout: float | None) -> float | None:
-        return self._timeout if timeout is None else check_timeout(timeout)
 
     async def infer(
         self,
@@ -113,9 +108,7 @@ class AsyncSluiceClient:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> InferResult:
         """Run one item through a tensor model and return its decoded outputs."""
-        request = build_infer_request(
-            model, inputs, priority=priority, request_id=request_id, parameters=parameters
-        )
+        request = self._infer_request(model, inputs, priority, request_id, parameters)
         with typed_errors():
             response = await self._stub.Infer(
                 request, timeout=self._deadline(timeout), metadata=self._metadata
@@ -125,37 +118,18 @@ class AsyncSluiceClient:
     def generate(
         self,
         model: str,
-        prompt: str | Sequence[int] | Sequence[ChatMessage],
+        prompt: Prompt,
         *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] | None = None,
-        min_tokens: int | None = None,
-        ignore_eos: bool = False,
-        logprobs: int | None = None,
+        sampling: Sampling | None = None,
         priority: PriorityName | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
+        **fields: Any,
     ) -> AsyncGenerationStream:
-        """Start a generation; `async for` over the returned stream (errors surface while iterating)."""
-        request = build_generate_request(
-            model,
-            prompt,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            stop=stop,
-            priority=priority,
-            request_id=request_id,
-            min_tokens=min_tokens,
-            ignore_eos=ignore_eos,
-            logprobs=logprobs,
-        )
+        """Start a generation; sampling settings as `sampling=Sampling(...)` or its fields by keyword
+        (`max_tokens=16, temperature=0`); `async for` over the returned stream (errors surface while
+        iterating)."""
+        request = self._generate_request(model, prompt, sampling, fields, priority, request_id)
         return AsyncGenerationStream(
             self._stub.Generate(request, timeout=self._deadline(timeout), metadata=self._metadata)
         )

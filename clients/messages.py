@@ -7,6 +7,7 @@ around the stub calls, and by the shim, which builds the same messages from JSON
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
@@ -35,6 +36,7 @@ from clients.types import (
     TokenProbability,
     Usage,
 )
+from wire.sampling import Sampling
 
 __all__ = [
     "build_generate_request",
@@ -93,42 +95,21 @@ def build_generate_request(
     model: str,
     prompt: str | Sequence[int] | Sequence[ChatMessage],
     *,
-    max_tokens: int | None,
-    temperature: float | None,
-    top_p: float | None,
-    top_k: int | None,
-    seed: int | None,
-    stop: Sequence[str] | None,
-    priority: PriorityName | None,
-    request_id: str | None,
-    min_tokens: int | None = None,
-    ignore_eos: bool = False,
-    logprobs: int | None = None,
+    sampling: Sampling | None = None,
+    priority: PriorityName | None = None,
+    request_id: str | None = None,
+    **fields: Any,
 ) -> pb.GenerateRequest:
-    """The GenerateRequest; unset sampling options stay unset so that the server's defaults apply."""
-    sampling = pb.SamplingParams(stop=[stop] if isinstance(stop, str) else list(stop or ()))
-    # Presence matters for these proto3 `optional` fields: only set what the caller gave.
-    if max_tokens is not None:
-        sampling.max_tokens = max_tokens
-    if temperature is not None:
-        sampling.temperature = temperature
-    if top_p is not None:
-        sampling.top_p = top_p
-    if top_k is not None:
-        sampling.top_k = top_k
-    if seed is not None:
-        if not 0 <= seed <= _UINT64_MAX:
-            raise ValueError(f"seed must be an unsigned 64-bit integer, got {seed}")
-        sampling.seed = seed
-    if min_tokens is not None:
-        sampling.min_tokens = min_tokens
-    if ignore_eos:
-        sampling.ignore_eos = True
-    if logprobs is not None:
-        sampling.logprobs = logprobs
+    """The GenerateRequest. Sampling settings come as a `Sampling` or as its fields by keyword
+    (`max_tokens=16`), not both; unset ones stay unset so that the server's defaults apply."""
+    if sampling is not None and fields:
+        raise TypeError(f"give sampling= or sampling fields ({sorted(fields)}), not both")
+    asked = sampling if sampling is not None else Sampling.of(fields)
+    if asked.seed is not None and not 0 <= asked.seed <= _UINT64_MAX:
+        raise ValueError(f"seed must be an unsigned 64-bit integer, got {asked.seed}")
     request = pb.GenerateRequest(
         model=model,
-        sampling=sampling,
+        sampling=asked.to_proto(),
         priority=encode_priority(priority),
         request_id=request_id or "",
     )

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from types import TracebackType
+from typing import Any
 
 import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from clients.channel import ChannelSettings, check_timeout, open_channel
+from clients.base import ClientBase, Prompt
+from clients.channel import ChannelSettings, open_channel
 from clients.codec import InputValue
 from clients.errors import error_from_rpc, typed_errors
 from clients.messages import (
-    build_generate_request,
-    build_infer_request,
     chunk_from_response,
     model_info_from_proto,
     result_from_response,
 )
-from clients.types import ChatMessage, GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
-from wire.metadata import AUTHORIZATION
+from clients.types import GenerationChunk, InferResult, ModelInfo, ParameterScalar, PriorityName
+from wire.sampling import Sampling
 
 __all__ = ["GenerationStream", "SluiceClient"]
 
@@ -66,7 +66,7 @@ class GenerationStream:
         self.close()
 
 
-class SluiceClient:
+class SluiceClient(ClientBase):
     """A blocking client of one Sluice server; safe to share between threads.
 
     `timeout` is the default deadline, in seconds, of every call (None: no deadline); each method's
@@ -82,14 +82,9 @@ class SluiceClient:
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
     ) -> None:
-        self._timeout = check_timeout(timeout)
-        # A server started with --auth-keys wants it on every call (as `authorization: Bearer`).
-        self._metadata = ((AUTHORIZATION, f"Bearer {token}"),) if token is not None else None
+        super().__init__(timeout=timeout, token=token)
         self._channel = open_channel(target, settings or ChannelSettings(), credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
-
-    def _deadline(self, timeout: float | None) -> float | None:
-        return self._timeout if timeout is None else check_timeout(timeout)
 
     def infer(
         self,
@@ -102,9 +97,7 @@ class SluiceClient:
         timeout: float | None = None,
     ) -> InferResult:
         """Run one item through a tensor model and return its decoded outputs."""
-        request = build_infer_request(
-            model, inputs, priority=priority, request_id=request_id, parameters=parameters
-        )
+        request = self._infer_request(model, inputs, priority, request_id, parameters)
         with typed_errors():
             response = self._stub.Infer(request, timeout=self._deadline(timeout), metadata=self._metadata)
         return result_from_response(response)
@@ -112,37 +105,18 @@ class SluiceClient:
     def generate(
         self,
         model: str,
-        prompt: str | Sequence[int] | Sequence[ChatMessage],
+        prompt: Prompt,
         *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] | None = None,
-        min_tokens: int | None = None,
-        ignore_eos: bool = False,
-        logprobs: int | None = None,
+        sampling: Sampling | None = None,
         priority: PriorityName | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
+        **fields: Any,
     ) -> GenerationStream:
-        """Start a generation; iterate the returned stream for its chunks (errors surface while iterating)."""
-        request = build_generate_request(
-            model,
-            prompt,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            stop=stop,
-            priority=priority,
-            request_id=request_id,
-            min_tokens=min_tokens,
-            ignore_eos=ignore_eos,
-            logprobs=logprobs,
-        )
+        """Start a generation; sampling settings as `sampling=Sampling(...)` or its fields by keyword
+        (`max_tokens=16, temperature=0`); iterate the returned stream for its chunks (errors surface while
+        iterating)."""
+        request = self._generate_request(model, prompt, sampling, fields, priority, request_id)
         return GenerationStream(
             self._stub.Generate(request, timeout=self._deadline(timeout), metadata=self._metadata)
         )

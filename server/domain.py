@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from wire.sampling import Sampling
+
 
 class DType(enum.Enum):
     """Element types a tensor may have, with their little-endian numpy equivalents."""
@@ -130,15 +132,8 @@ class GenerateSpec:
     prompt_text: str | None
     prompt_ids: tuple[int, ...] | None
     prompt_chat: tuple[ChatTurn, ...] | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    min_tokens: int | None = None
-    ignore_eos: bool = False
-    logprobs: int | None = None
+    # As asked (frozen, so one default instance is safe); the scheduler resolves the defaults.
+    sampling: Sampling = Sampling()  # noqa: RUF009
     priority: Priority = Priority.NORMAL
     request_id: str = ""
 

@@ -38,6 +38,7 @@ const CHANNEL_OPTIONS = {
 };
 
 let serviceCtor;
+let samplingFields;
 function loadService() {
   if (serviceCtor === undefined) {
     // keepCase keeps the proto's snake_case names; defaults fills unset scalars so decoding needs no guards.
@@ -50,6 +51,7 @@ function loadService() {
       oneofs: true,
     });
     serviceCtor = grpc.loadPackageDefinition(definition).sluice.inference.v1.InferenceService;
+    samplingFields = definition['sluice.inference.v1.SamplingParams'].type.field;
   }
   return serviceCtor;
 }
@@ -100,16 +102,19 @@ function decodeModel(info) {
   };
 }
 
+// Every field of the proto's SamplingParams, by name: the option `maxTokens` sets `max_tokens`, so a new
+// sampling field needs nothing here. Only given options are set: unset proto3 optionals let the server
+// apply its defaults.
 function buildSampling(opts) {
-  const sampling = { stop: typeof opts.stop === 'string' ? [opts.stop] : (opts.stop ?? []) };
-  // Only given options are set: unset proto3 optionals let the server apply its defaults.
-  if (opts.maxTokens !== undefined) sampling.max_tokens = opts.maxTokens;
-  if (opts.temperature !== undefined) sampling.temperature = opts.temperature;
-  if (opts.topP !== undefined) sampling.top_p = opts.topP;
-  if (opts.topK !== undefined) sampling.top_k = opts.topK;
-  if (opts.seed !== undefined) sampling.seed = String(opts.seed); // uint64: a string keeps every digit
-  if (opts.minTokens !== undefined) sampling.min_tokens = opts.minTokens;
-  if (opts.ignoreEos) sampling.ignore_eos = true;
+  loadService();
+  const sampling = { stop: [] };
+  for (const field of samplingFields) {
+    const value = opts[field.name.replace(/_([a-z])/g, (_, c) => c.toUpperCase())];
+    if (value === undefined || value === null || value === false) continue;
+    if (field.label === 'LABEL_REPEATED') sampling[field.name] = typeof value === 'string' ? [value] : value;
+    else if (field.type === 'TYPE_UINT64') sampling[field.name] = String(value); // a string keeps every digit
+    else sampling[field.name] = value;
+  }
   return sampling;
 }
 

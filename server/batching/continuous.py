@@ -110,7 +110,7 @@ class ContinuousScheduler:
         """Validates against the model's limits (raising before the stream starts) and queues to join.
         `on_release` is called once the sequence has left and its KV slot is free."""
         prompt, params = resolve_request(spec, self.model, self.limits)
-        seed = spec.seed if spec.seed is not None else secrets.randbits(63)
+        seed = spec.sampling.seed if spec.sampling.seed is not None else secrets.randbits(63)
         seq = GenSequence(
             prompt,
             params,

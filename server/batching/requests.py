@@ -46,7 +46,8 @@ def resolve_request(
 ) -> tuple[list[int], SamplingParams]:
     """The prompt's token ids and complete sampling settings; raises InvalidArgument / LimitExceeded naming
     the field before the stream starts."""
-    check_stops(spec.stop, limits)
+    asked = spec.sampling
+    check_stops(asked.stop, limits)
     model_limits = model.descriptor.limits
     context = limits.context_length
     default_max_tokens = min(limits.default_max_tokens, context - 1)
@@ -71,10 +72,10 @@ def resolve_request(
             field=prompt_field,
             metadata={"context_length": context, "prompt_tokens": len(prompt)},
         )
-    if spec.max_tokens is None:
+    if asked.max_tokens is None:
         max_tokens = min(default_max_tokens, context - len(prompt))
     else:
-        max_tokens = spec.max_tokens
+        max_tokens = asked.max_tokens
         if max_tokens > model_limits.max_tokens:
             raise LimitExceeded(
                 f"max_tokens {max_tokens} exceeds the model's limit of {model_limits.max_tokens}",
@@ -87,7 +88,7 @@ def resolve_request(
                 field="sampling.max_tokens",
                 metadata={"context_length": context, "prompt_tokens": len(prompt)},
             )
-    min_tokens = spec.min_tokens or 0
+    min_tokens = asked.min_tokens or 0
     if not 0 <= min_tokens <= max_tokens:
         raise InvalidArgument(
             f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}",
@@ -96,12 +97,12 @@ def resolve_request(
     params = SamplingParams(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
-        ignore_eos=spec.ignore_eos,
-        logprobs=spec.logprobs,
-        temperature=1.0 if spec.temperature is None else spec.temperature,
-        top_p=1.0 if spec.top_p is None else spec.top_p,
-        top_k=spec.top_k or 0,
-        seed=spec.seed,
-        stop=spec.stop,
+        ignore_eos=asked.ignore_eos,
+        logprobs=asked.logprobs,
+        temperature=1.0 if asked.temperature is None else asked.temperature,
+        top_p=1.0 if asked.top_p is None else asked.top_p,
+        top_k=asked.top_k or 0,
+        seed=asked.seed,
+        stop=asked.stop,
     )
     return prompt, params

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import grpc
 from google.protobuf import duration_pb2
@@ -23,6 +24,7 @@ from server.domain import (
     TokenProbability,
 )
 from server.errors import InvalidArgument, clip
+from wire.sampling import Sampling
 
 _PRIORITY: dict[int, Priority] = {
     pb.PRIORITY_UNSPECIFIED: Priority.NORMAL,
@@ -105,15 +107,7 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         prompt_text=request.text if which == "text" else None,
         prompt_ids=tuple(request.token_ids.ids) if which == "token_ids" else None,
         prompt_chat=chat,
-        max_tokens=s.max_tokens if s.HasField("max_tokens") else None,
-        temperature=s.temperature if s.HasField("temperature") else None,
-        top_p=s.top_p if s.HasField("top_p") else None,
-        top_k=s.top_k if s.HasField("top_k") else None,
-        seed=s.seed if s.HasField("seed") else None,
-        stop=tuple(s.stop),
-        min_tokens=s.min_tokens if s.HasField("min_tokens") else None,
-        ignore_eos=s.ignore_eos,
-        logprobs=_decode_logprobs(s),
+        sampling=replace(Sampling.from_proto(s), logprobs=_decode_logprobs(s)),
         priority=decode_priority(request.priority),
         request_id=request.request_id,
     )

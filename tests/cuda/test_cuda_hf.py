@@ -25,6 +25,7 @@ from server.metrics import Metrics
 from server.runtimes.hf_causal import load_hf_causal
 from tests.support.hf_models import greedy_reference, save
 from tests.support.processes import start_server
+from wire.sampling import Sampling
 
 pytestmark = pytest.mark.cuda
 GPU = torch.device("cuda")
@@ -115,7 +116,12 @@ def test_an_oom_in_a_step_ends_its_streams_and_trips_the_breaker(llama: Path) ->
             breaker=breaker, metrics=Metrics(), prefill_chunk_tokens=512,
         )  # fmt: skip
         task = asyncio.create_task(scheduler.run())
-        spec = GenerateSpec(model="llama", prompt_text="oom", prompt_ids=None, max_tokens=8, ignore_eos=True)
+        spec = GenerateSpec(
+            model="llama",
+            prompt_text="oom",
+            prompt_ids=None,
+            sampling=Sampling(max_tokens=8, ignore_eos=True),
+        )
         failed = [c async for c in scheduler.chunks(scheduler.submit(spec))]
         tripped = breaker.is_open
         later = [c async for c in scheduler.chunks(scheduler.submit(spec))]

@@ -65,7 +65,8 @@ def test_invalid_utf8_is_located_by_field_path() -> None:
 
 def test_generate_defaults_stay_unset_for_the_model_to_fill() -> None:
     spec = decode_generate(pb.GenerateRequest(model="m", text="hi"))
-    assert (spec.max_tokens, spec.temperature, spec.seed, spec.stop) == (None, None, None, ())
+    s = spec.sampling
+    assert (s.max_tokens, s.temperature, s.seed, s.stop) == (None, None, None, ())
 
 
 def test_final_chunk_carries_reason_usage_and_error() -> None:

@@ -18,6 +18,7 @@ from server.domain import FinishReason, GenerateSpec, TokenChunk
 from server.errors import InvalidArgument, LimitExceeded
 from server.metrics import Metrics
 from server.runtimes.byte_lm import ByteLm
+from wire.sampling import Sampling
 
 
 class RecordingLm(ByteLm):
@@ -57,7 +58,7 @@ class Harness:
         )
 
     def submit(self, prompt: str, **kw: object) -> GenSequence:
-        spec = GenerateSpec(model="byte-lm", prompt_text=prompt, prompt_ids=None, **kw)  # type: ignore[arg-type]
+        spec = GenerateSpec(model="byte-lm", prompt_text=prompt, prompt_ids=None, sampling=Sampling.of(kw))
         return self.scheduler.submit(spec)
 
 

@@ -1,0 +1,54 @@
+"""ClientBase: everything the blocking and the asyncio clients share but I/O (as httpx's BaseClient): the
+default deadline, the token's metadata, and the request messages. `clients.sync` and `clients.aio` add
+only the stub calls and their streams."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sluice.inference.v1 import inference_pb2 as pb
+
+from clients.channel import check_timeout
+from clients.codec import InputValue
+from clients.messages import build_generate_request, build_infer_request
+from clients.types import ChatMessage, ParameterScalar, PriorityName
+from wire.metadata import AUTHORIZATION
+from wire.sampling import Sampling
+
+Prompt = str | Sequence[int] | Sequence[ChatMessage]
+
+
+class ClientBase:
+    def __init__(self, *, timeout: float | None, token: str | None) -> None:
+        self._timeout = check_timeout(timeout)
+        # A server started with --auth-keys wants it on every call (as `authorization: Bearer`).
+        self._metadata = ((AUTHORIZATION, f"Bearer {token}"),) if token is not None else None
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        return self._timeout if timeout is None else check_timeout(timeout)
+
+    @staticmethod
+    def _infer_request(
+        model: str,
+        inputs: Mapping[str, InputValue],
+        priority: PriorityName | None,
+        request_id: str | None,
+        parameters: Mapping[str, ParameterScalar] | None,
+    ) -> pb.InferRequest:
+        return build_infer_request(
+            model, inputs, priority=priority, request_id=request_id, parameters=parameters
+        )
+
+    @staticmethod
+    def _generate_request(
+        model: str,
+        prompt: Prompt,
+        sampling: Sampling | None,
+        fields: Mapping[str, Any],
+        priority: PriorityName | None,
+        request_id: str | None,
+    ) -> pb.GenerateRequest:
+        return build_generate_request(
+            model, prompt, sampling=sampling, priority=priority, request_id=request_id, **fields
+        )
