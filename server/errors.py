@@ -1,4 +1,4 @@
-"""The domain error tree. Runtimes and batchers raise these; server/status.py maps them to gRPC.
+"""The domain error tree. Runtimes and batchers raise these; server/codec/status.py maps them to gRPC.
 
 SluiceError                      code                 reason
 ├── InvalidArgument              INVALID_ARGUMENT     INVALID_ARGUMENT (+ BadRequest field violations)

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
-from server.capacity import kv_slots, plan_capacity
 from server.config import Settings
-from server.memory import make_probe
+from server.memory.breaker import MemoryBreaker
+from server.memory.capacity import kv_slots, plan_capacity
+from server.memory.probes import make_probe
 from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.registry import build_models

@@ -12,10 +12,10 @@ import asyncio
 import contextvars
 from collections.abc import Sequence
 
-from server.admission.breaker import MemoryBreaker
 from server.admission.gate import AdmissionGate
 from server.domain import Priority
 from server.errors import Overloaded, SluiceError
+from server.memory.breaker import MemoryBreaker
 
 #: The index of the device the current call was admitted on (0 with one device).
 CHOSEN: contextvars.ContextVar[int] = contextvars.ContextVar("device", default=0)

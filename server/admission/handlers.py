@@ -23,8 +23,8 @@ from server.admission.gate import AdmissionGate
 from server.admission.reader import GuardedMethod, Refused, parsing_reader
 from server.admission.tenants import CALLER, TENANT_KEY
 from server.admission.watchdog import WriteWatchdog
+from server.codec.status import to_grpc_status
 from server.errors import SluiceError, clip
-from server.status import to_grpc_status
 from wire import metadata as metadata_names
 
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -21,7 +21,6 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from process.access_log import AccessLog
-from server.admission.breaker import MemoryBreaker
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.handlers import (
@@ -41,6 +40,7 @@ from server.admission.tenants import Keys
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import ModelNotFound, SluiceError
+from server.memory.breaker import MemoryBreaker
 from server.metrics import Metrics
 
 

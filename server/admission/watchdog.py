@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
+from server.codec.status import to_grpc_status
 from server.errors import StalledConsumer
-from server.status import to_grpc_status
 
 
 class WatchedStream:

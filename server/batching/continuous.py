@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable
 
 import torch
 
-from server.admission.breaker import MemoryBreaker
 from server.batching.oom import OomRecovery, out_of_memory
 from server.batching.prefill import PrefillWork, plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
@@ -41,6 +40,7 @@ from server.errors import (
     SluiceError,
     StalledConsumer,
 )
+from server.memory.breaker import MemoryBreaker
 from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-from server.admission.breaker import MemoryBreaker
 from server.batching.oom import OomRecovery, out_of_memory, release_cached_memory
 from server.batching.worker import ModelWorker
 from server.domain import Array, InferItem, InferResult
 from server.errors import DeadlineExpired, ModelFailure, SluiceError
+from server.memory.breaker import MemoryBreaker
 from server.metrics import Metrics
 from server.runtimes.base import TensorModel
 

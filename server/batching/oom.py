@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from prometheus_client import Counter
 
-from server.admission.breaker import MemoryBreaker
 from server.errors import OutOfMemory
+from server.memory.breaker import MemoryBreaker
 
 
 def release_cached_memory() -> None:

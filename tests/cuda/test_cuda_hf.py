@@ -17,10 +17,10 @@ from clients import SluiceClient
 from server.batching.continuous import ContinuousScheduler
 from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
-from server.capacity import kv_slots
 from server.config import Settings
 from server.domain import FinishReason, GenerateSpec
-from server.memory import CudaProbe
+from server.memory.capacity import kv_slots
+from server.memory.probes import CudaProbe
 from server.metrics import Metrics
 from server.runtimes.hf_causal import load_hf_causal
 from tests.support.hf_models import greedy_reference, save
@@ -89,7 +89,7 @@ def test_the_kv_cache_is_sized_from_free_device_memory(llama: Path) -> None:
 
 
 def test_an_oom_in_a_step_ends_its_streams_and_trips_the_breaker(llama: Path) -> None:
-    from server.admission.breaker import MemoryBreaker
+    from server.memory.breaker import MemoryBreaker
 
     model = load_hf_causal(
         llama, name="llama", context_length=256, max_sequences=4, device=GPU, dtype=torch.bfloat16

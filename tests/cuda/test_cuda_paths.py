@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from clients import SluiceClient
-from server.admission.breaker import MemoryBreaker
 from server.batching.dynamic import DynamicBatcher
 from server.batching.worker import ModelWorker
-from server.capacity import plan_capacity
 from server.config import Settings
 from server.domain import InferItem
 from server.errors import OutOfMemory
-from server.memory import CudaProbe, make_probe
+from server.memory.breaker import MemoryBreaker
+from server.memory.capacity import plan_capacity
+from server.memory.probes import CudaProbe, make_probe
 from server.metrics import Metrics
 from server.runtimes.mlp import MlpModel
 from tests.support.processes import start_server

@@ -3,7 +3,6 @@ here and one line in `default_policies` (its order is its place in the list)."""
 
 from __future__ import annotations
 
-from server.admission.breaker import MemoryBreaker
 from server.admission.policies.authentication import Authentication
 from server.admission.policies.lifecycle import Lifecycle
 from server.admission.policies.memory import MemoryGuard
@@ -13,6 +12,7 @@ from server.admission.policies.request_bytes import RequestBytes
 from server.admission.policies.tenant_limits import TenantLimits
 from server.admission.policy import AdmissionPolicy
 from server.admission.tenants import Keys
+from server.memory.breaker import MemoryBreaker
 from server.metrics import Metrics
 
 __all__ = ["Lifecycle", "default_policies"]

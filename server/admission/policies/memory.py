@@ -3,10 +3,10 @@ With several devices each model's DeviceGates skips the devices whose breaker is
 
 from __future__ import annotations
 
-from server.admission.breaker import MemoryBreaker
 from server.admission.policy import AdmissionPolicy
 from server.admission.reader import GuardedMethod
 from server.errors import SluiceError
+from server.memory.breaker import MemoryBreaker
 
 
 class MemoryGuard(AdmissionPolicy):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from server.admission.breaker import MemoryBreaker
-from server.memory import FakeProbe, HostProbe
+from server.memory.breaker import MemoryBreaker
+from server.memory.probes import FakeProbe, HostProbe
 
 
 def test_hysteresis(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from server.capacity import kv_slots, plan_capacity
 from server.config import Settings
-from server.memory import FakeProbe
+from server.memory.capacity import kv_slots, plan_capacity
+from server.memory.probes import FakeProbe
 from server.runtimes.mlp import MlpModel
 
 
@@ -46,7 +46,7 @@ def test_weights_are_reported(tmp_path: Path) -> None:
 
 
 def test_kv_slots_are_what_free_memory_holds_up_to_max_sequences() -> None:
-    from server.memory import MemoryReading
+    from server.memory.probes import MemoryReading
     from server.runtimes.byte_lm import ByteLm
 
     model = ByteLm(size="tiny", context_length=512, max_sequences=64, device=torch.device("cpu"))

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from server.admission.breaker import MemoryBreaker
 from server.admission.devices import CHOSEN, DeviceGates
 from server.admission.gate import AdmissionGate
 from server.domain import Priority
 from server.errors import MemoryPressure, Overloaded
-from server.memory import FakeProbe
+from server.memory.breaker import MemoryBreaker
+from server.memory.probes import FakeProbe
 
 
 def devices(tmp_path: Path, count: int = 2, slots: int = 2, queue: int = 0) -> DeviceGates:

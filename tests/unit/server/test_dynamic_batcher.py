@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from server.admission.breaker import MemoryBreaker
 from server.batching.dynamic import DynamicBatcher
 from server.batching.worker import ModelWorker
+from server.codec.status import grpc_code
 from server.domain import Array, DType, InferItem, InferResult, TensorSpec
 from server.errors import DeadlineExpired, ModelFailure, OutOfMemory
-from server.memory import FakeProbe
+from server.memory.breaker import MemoryBreaker
+from server.memory.probes import FakeProbe
 from server.metrics import Metrics
 from server.runtimes.base import TensorModel
 from server.runtimes.mlp import MlpModel
-from server.status import grpc_code
 
 MAX_BATCH = 8
 FEATURES = 512

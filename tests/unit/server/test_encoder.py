@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from server.capacity import plan_capacity
 from server.config import Settings
 from server.domain import DType, TensorSpec
 from server.errors import InvalidArgument
-from server.memory import FakeProbe
+from server.memory.capacity import plan_capacity
+from server.memory.probes import FakeProbe
 from server.runtimes.base import synthetic_item
 from server.runtimes.encoder import SentenceEncoder, all_minilm_l6_v2
 

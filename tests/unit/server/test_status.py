@@ -7,6 +7,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
+from server.codec.status import DOMAIN, to_grpc_status
 from server.errors import (
     InvalidArgument,
     ModelNotFound,
@@ -16,7 +17,6 @@ from server.errors import (
     StalledConsumer,
     WrongMethod,
 )
-from server.status import DOMAIN, to_grpc_status
 
 
 def details(status: grpc.Status) -> dict[str, object]:

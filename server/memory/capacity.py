@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from server.config import Settings
-from server.memory import MemoryProbe, MemoryReading
+from server.memory.probes import MemoryProbe, MemoryReading
 from server.runtimes.base import GenerativeModel, TensorModel, synthetic_item
 
 _BATCHES = (1, 8, 32)

@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from server.errors import MemoryPressure
-from server.memory import MemoryProbe, MemoryReading
+from server.memory.probes import MemoryProbe, MemoryReading
 
 log = logging.getLogger(__name__)
 
