@@ -183,8 +183,8 @@ def main() -> None:
     flags = [
         "--models",
         MODEL,
-        "--lm-size",
-        "bench",
+        "--model-options",
+        "byte-lm.size=bench",
         "--torch-threads",
         str(args.torch_threads),
         "--max-sequences",

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import torch
-
-from server.config import Settings
 from server.domain import Array, DType, ModelDescriptor, ModelKind, ModelLimits, TensorSpec
 from server.runtimes.base import TensorModel
+from server.runtimes.options import ModelContext
 from server.runtimes.registry import register_model
 
 FEATURES = 512
@@ -35,8 +33,8 @@ class NoopModel(TensorModel):
         return [{"y": item["x"]} for item in batch]
 
 
-def _factory(settings: Settings, device: torch.device) -> NoopModel:
-    return NoopModel(max_batch_size=settings.max_batch_size)
+def _factory(context: ModelContext) -> NoopModel:
+    return NoopModel(max_batch_size=context.max_batch_size)
 
 
 register_model("noop", _factory)

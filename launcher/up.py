@@ -35,6 +35,8 @@ class _Stopped(Exception):
 def main(argv: Sequence[str]) -> int:
     try:
         lines = split(argv, prog=PROG)  # --help, and every mistyped flag, before anything starts
+        for line in lines.warnings:
+            print(f"{PROG}: warning: {line}", file=sys.stderr)
         settings = settings_from(lines.server, prog=PROG)
     except (FlagError, ValueError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

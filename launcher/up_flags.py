@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from process.flags import FlagParser, add_flags, flag_name
-from server.config import Settings
+from server.config import FORMER_FLAGS, Settings, add_former_flags, former_options
 from shim.config import ShimSettings
 
 Child = Literal["server", "shim"]
@@ -65,6 +65,7 @@ class UpArgv:
 
     server: tuple[str, ...]
     shim: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # for flags given in a former spelling (the server gets the new one)
 
 
 class _FlagSpecs(argparse.ArgumentParser):
@@ -133,6 +134,7 @@ def parser(prog: str = "sluice up") -> FlagParser:
             metavar=route.metavar,
             help=route.help,
         )
+    add_former_flags(groups[("server",)])
     return out
 
 
@@ -140,6 +142,11 @@ def split(argv: Sequence[str], prog: str = "sluice up") -> UpArgv:
     """Each flag given to the children it goes to; raises FlagError for a flag that does not parse and
     ValueError for settings of the two that cannot work together."""
     given: dict[str, str] = vars(parser(prog).parse_args(argv))
+    former, warnings = former_options(given)
+    if former:  # given to the server as the --model-options entries they stand for, so it warns only here
+        given["model_options"] = ",".join([*former, *filter(None, [given.get("model_options")])])
+        for dest in FORMER_FLAGS:
+            given.pop(dest, None)
     lines: dict[Child, list[str]] = {"server": [], "shim": []}
     values: dict[Child, dict[str, object]] = {"server": {}, "shim": {}}  # what each child will parse
     for route in routes():
@@ -157,7 +164,7 @@ def split(argv: Sequence[str], prog: str = "sluice up") -> UpArgv:
             "--tls-client-ca asks every client for a certificate: give the shim one with --upstream-cert "
             "and --upstream-key"
         )
-    return UpArgv(tuple(lines["server"]), tuple(lines["shim"]))
+    return UpArgv(tuple(lines["server"]), tuple(lines["shim"]), warnings)
 
 
 def _checked(parse: Callable[[str], object]) -> Callable[[str], str]:

@@ -1,17 +1,24 @@
 """The frozen Settings object: every flag of `sluice serve` is generated from a field here (its type, default,
-unit and help), parsed and validated once, at start-up."""
+unit and help), parsed and validated once, at start-up. A model's own options are not fields here: each model
+declares them (server/runtimes/options.py) and `--model-options NAME.KEY=VALUE` sets them."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from process.flags import FlagParser, add_flags, setting, values_from
+from process.flags import FlagParser, add_flags, flag_name, setting, values_from
 from server.tls import TlsFiles
 
 DEFAULT_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2")
+
+# Flags of model options that were server settings before each model declared its own (issue 18): they still
+# parse, into the --model-options entry they stand for, with a warning that names it.
+FORMER_FLAGS: Mapping[str, str] = {"lm_size": "byte-lm.size", "mlp_width": "mlp.width"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,8 +67,11 @@ class Settings:
         shown="auto: bfloat16 on CUDA, float32 on CPU",
     )
     torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
-    lm_size: str = setting("tiny", help="size of the embedded byte LM: tiny, small or bench")
-    mlp_width: int = setting(2048, help="hidden width of the embedded MLP", unit="units")
+    model_options: tuple[str, ...] = setting(
+        (),
+        help="options each model declares, as NAME.KEY=VALUE, comma-separated (byte-lm.size=small,"
+        "mlp.width=256; a later one for the same key wins); sluice serve --help lists them at its end",
+    )
     warmup_steps: int = setting(2, help="warm-up passes per model before serving", unit="passes")
     reflection: bool = setting(True, help="serve gRPC reflection (v1 and v1alpha)")
     # Admission.
@@ -190,7 +200,11 @@ class Settings:
             "prefill_chunk_tokens",
             "must be >= 1",
         )
-        _check(self.lm_size in ("tiny", "small", "bench"), "lm_size", "must be tiny, small or bench")
+        _check(
+            all(_is_model_option(entry) for entry in self.model_options),
+            "model_options",
+            "each entry is NAME.KEY=VALUE (byte-lm.size=small); the models check their values",
+        )
         _check(self.max_concurrency is None or self.max_concurrency > 0, "max_concurrency", "must be > 0")
         _check(self.max_queue >= 0, "max_queue", "must be >= 0")
         _check(self.max_connections is None or self.max_connections > 0, "max_connections", "must be > 0")
@@ -263,20 +277,69 @@ class Settings:
         return from_namespace(parser().parse_args(argv))
 
 
+class _ServeParser(FlagParser):
+    """The parser of `sluice serve`, whose help ends with every registered model's options: read from the
+    registry only when help is shown, as the registry imports torch and every model."""
+
+    def format_help(self) -> str:
+        from server.runtimes.registry import options_help
+
+        self.epilog = options_help()
+        return super().format_help()
+
+
 def parser(prog: str = "sluice serve", *, skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
-    """The argument parser of `sluice serve`: one flag per Settings field (less `skip`)."""
-    out = FlagParser(prog=prog, description="Run the Sluice gRPC server.")
+    """The argument parser of `sluice serve`: one flag per Settings field (less `skip`), and FORMER_FLAGS."""
+    out = _ServeParser(
+        prog=prog,
+        description="Run the Sluice gRPC server.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the model options' help is one a line
+    )
     add_flags(out, Settings, skip=skip)
+    add_former_flags(out)
     return out
 
 
-def from_namespace(ns: argparse.Namespace) -> Settings:
-    return Settings(**values_from(ns, Settings))
+def add_former_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--lm-size and --mlp-width, absent from the namespace unless given (from_namespace translates them)."""
+    for dest, option in FORMER_FLAGS.items():
+        parser.add_argument(
+            flag_name(dest),
+            dest=dest,
+            default=argparse.SUPPRESS,
+            metavar="VALUE",
+            help=f"deprecated: --model-options {option}=VALUE",
+        )
+
+
+def former_options(given: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The --model-options entries that FORMER_FLAGS in `given` (dest -> value) stand for, and for each a
+    warning line naming it; a --model-options for the same key, put after these, wins."""
+    used = [(dest, f"{option}={given[dest]}") for dest, option in FORMER_FLAGS.items() if dest in given]
+    warnings = tuple(f"{flag_name(dest)} is deprecated; use --model-options {entry}" for dest, entry in used)
+    return tuple(entry for _, entry in used), warnings
+
+
+def from_namespace(ns: argparse.Namespace, *, prog: str = "sluice serve") -> Settings:
+    """Settings from parsed flags; a former flag becomes its --model-options entry, with a warning."""
+    values = dict(values_from(ns, Settings))
+    former, warnings = former_options(vars(ns))
+    for line in warnings:
+        print(f"{prog}: warning: {line}", file=sys.stderr)
+    if former:
+        values["model_options"] = (*former, *values.get("model_options", ()))
+    return Settings(**values)
 
 
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ValueError(f"invalid setting {name}: {message}")
+
+
+def _is_model_option(entry: str) -> bool:
+    target, equals, _ = entry.partition("=")
+    name, dot, key = target.rpartition(".")
+    return bool(equals and dot and name and key)
 
 
 def _is_sha256(text: str) -> bool:

@@ -25,7 +25,7 @@ PROG = "sluice serve"
 
 def settings_from(argv: Sequence[str], prog: str = PROG) -> Settings:
     """Parsed, validated Settings with their models checked; raises FlagError or ValueError."""
-    settings = from_namespace(parser(prog).parse_args(argv))
+    settings = from_namespace(parser(prog).parse_args(argv), prog=prog)
     if settings.tls is not None:
         settings.tls.check()
     if settings.auth_keys is not None:

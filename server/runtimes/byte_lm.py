@@ -1,20 +1,24 @@
 """The embedded generative model: a byte-level decoder-only transformer with a slot-indexed KV cache.
 
 Weights are random but seeded, with an output bias towards printable ASCII so streamed text is legible.
-Tokens 0-255 are bytes; 256 is end-of-sequence, 257 beginning-of-sequence.
+Tokens 0-255 are bytes; 256 is end-of-sequence, 257 beginning-of-sequence. Its one option is its size
+(`--model-options byte-lm.size=small`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from process.flags import setting
 from server.domain import ModelDescriptor, ModelKind, ModelLimits
 from server.runtimes.base import GenerativeModel
+from server.runtimes.options import ModelContext
 
 EOS, BOS, VOCAB = 256, 257, 258
 
@@ -27,12 +31,21 @@ class LmShape:
     ffn: int
 
 
+LmSize = Literal["tiny", "small", "bench"]
+
 # "bench" is sized so one batch-32 decode step takes 10-30 ms on a 2-core CPU (the issue 4 benchmark).
-SIZES = {
+SIZES: dict[LmSize, LmShape] = {
     "tiny": LmShape(d_model=64, layers=2, heads=4, ffn=256),
     "small": LmShape(d_model=256, layers=4, heads=4, ffn=1024),
     "bench": LmShape(d_model=512, layers=6, heads=8, ffn=2048),
 }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ByteLmOptions:
+    """`--model-options byte-lm.KEY=VALUE`."""
+
+    size: LmSize = setting("tiny", help="size of the embedded byte LM")  # noqa: RUF009 (a dataclass field)
 
 
 class _Block(nn.Module):
@@ -51,7 +64,7 @@ class ByteLm(GenerativeModel, nn.Module):
     """Pre-LN transformer; keys/values of slot s, layer l live in k_cache[l, s] / v_cache[l, s]."""
 
     def __init__(
-        self, *, size: str, context_length: int, max_sequences: int, device: torch.device, seed: int = 0
+        self, *, size: LmSize, context_length: int, max_sequences: int, device: torch.device, seed: int = 0
     ) -> None:
         nn.Module.__init__(self)
         shape = SIZES[size]
@@ -170,3 +183,12 @@ class ByteLm(GenerativeModel, nn.Module):
             x = x + block.mlp(block.ln2(x))
         out: torch.Tensor = self.head(self.ln_f(x))
         return out
+
+
+def byte_lm(options: ByteLmOptions, context: ModelContext) -> ByteLm:
+    return ByteLm(
+        size=options.size,
+        context_length=context.context_length,
+        max_sequences=context.max_sequences,
+        device=context.device,
+    )

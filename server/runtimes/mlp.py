@@ -1,17 +1,32 @@
-"""The embedded tensor model: a seeded MLP (512 -> 2048 -> 2048 -> 2048 -> 512, Linear+GELU) for Infer."""
+"""The embedded tensor model: a seeded MLP (512 -> 2048 -> 2048 -> 2048 -> 512, Linear+GELU) for Infer, and
+its options (`--model-options mlp.width=256`)."""
 
 from __future__ import annotations
 
 import itertools
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from process.flags import setting
 from server.domain import Array, DType, ModelDescriptor, ModelKind, ModelLimits, TensorSpec
 from server.runtimes.base import TensorModel
+from server.runtimes.options import ModelContext
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MlpOptions:
+    """`--model-options mlp.KEY=VALUE`."""
+
+    width: int = setting(2048, help="hidden width of the embedded MLP", unit="units")
+
+    def __post_init__(self) -> None:
+        if self.width < 1:
+            raise ValueError("width must be >= 1")
 
 
 def build_mlp(width: int, *, features: int = 512, seed: int = 0) -> nn.Sequential:
@@ -69,3 +84,7 @@ class MlpModel(TensorModel):
         else:
             out = self.net(stacked.to(self.device, non_blocking=True)).cpu().numpy()
         return [{"y": row} for row in out]
+
+
+def mlp_model(options: MlpOptions, context: ModelContext) -> MlpModel:
+    return MlpModel(width=options.width, max_batch_size=context.max_batch_size, device=context.device)

@@ -1,42 +1,114 @@
-"""The model registry: factories by name, so `--models` picks what to load and plugins add their own.
+"""The model registry: factories by name, so `--models` picks what to load and plugins add their own, each
+with the options its model declares (`--model-options NAME.KEY=VALUE`).
 
 A plugin module (loaded with `--plugins my_pkg.models`, a module on the working directory, or a .py path)
-calls `register_model("name", factory)`, where the factory takes (Settings, torch.device) and returns a
-TensorModel or GenerativeModel. check_models() finds every mistake in these settings before the server binds.
+calls `register_model("name", factory)`, where the factory takes a ModelContext (the device and the server's
+limits), or `register_model("name", factory, options=NameOptions)`, where it takes (NameOptions,
+ModelContext), and returns a TensorModel or GenerativeModel. check_models() finds every mistake in these
+settings, the model options included, before the server binds.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 import torch
 
 from server.config import Settings
 from server.runtimes.base import GenerativeModel, TensorModel
-from server.runtimes.byte_lm import ByteLm
+from server.runtimes.byte_lm import ByteLmOptions, byte_lm
 from server.runtimes.encoder import all_minilm_l6_v2
-from server.runtimes.mlp import MlpModel
+from server.runtimes.mlp import MlpOptions, mlp_model
+from server.runtimes.options import (
+    ModelContext,
+    NoOptions,
+    check_declaration,
+    describe_options,
+    parse_options,
+)
 
 Model = TensorModel | GenerativeModel
-ModelFactory = Callable[[Settings, torch.device], Model]
-
-_FACTORIES: dict[str, ModelFactory] = {
-    "mlp": lambda s, device: MlpModel(width=s.mlp_width, max_batch_size=s.max_batch_size, device=device),
-    "byte-lm": lambda s, device: ByteLm(
-        size=s.lm_size, context_length=s.context_length, max_sequences=s.max_sequences, device=device
-    ),
-    "all-minilm-l6-v2": lambda s, device: all_minilm_l6_v2(max_batch_size=s.max_batch_size, device=device),
-}
+OptionsT = TypeVar("OptionsT")
 
 
-def register_model(name: str, factory: ModelFactory) -> None:
-    """Makes `name` loadable with `--models name`; a later registration replaces an earlier one."""
-    _FACTORIES[name] = factory
+@dataclass(frozen=True, slots=True)
+class _Registration:
+    build: Callable[[Any, ModelContext], Model]
+    options: type[Any]
+    options_of: str  # whose --model-options entries configure this model: its own, or the model it varies
+
+
+_REGISTRY: dict[str, _Registration] = {}
+
+
+@overload
+def register_model(name: str, factory: Callable[[ModelContext], Model]) -> None: ...
+@overload
+def register_model(
+    name: str, factory: Callable[[OptionsT, ModelContext], Model], *, options: type[OptionsT]
+) -> None: ...
+@overload
+def register_model(name: str, factory: Callable[[Any, ModelContext], Model], *, options_of: str) -> None: ...
+def register_model(
+    name: str,
+    factory: Callable[..., Model],
+    *,
+    options: type[Any] | None = None,
+    options_of: str | None = None,
+) -> None:
+    """Makes `name` loadable with `--models name`; a later registration replaces an earlier one.
+
+    With `options` (a frozen dataclass of `setting` fields) the factory takes (those options, ModelContext)
+    and `--model-options name.KEY=VALUE` sets them; with `options_of` it is a variant of that registered model
+    and takes its options, as that model's --model-options entries set them.
+    """
+    if options is not None and options_of is not None:
+        raise TypeError(f"register_model({name!r}): give options or options_of, not both")
+    _check_arity(name, factory, with_options=options is not None or options_of is not None)
+    if options_of is not None:
+        if options_of not in _REGISTRY:
+            raise ValueError(f"register_model({name!r}): options_of={options_of!r} is not a registered model")
+        base = _REGISTRY[options_of]
+        _REGISTRY[name] = _Registration(factory, base.options, base.options_of)
+    elif options is not None:
+        check_declaration(name, options)
+        _REGISTRY[name] = _Registration(factory, options, name)
+    else:
+        _REGISTRY[name] = _Registration(lambda _none, context: factory(context), NoOptions, name)
+
+
+def _check_arity(name: str, factory: Callable[..., Model], *, with_options: bool) -> None:
+    """A factory that cannot be called as it will be is refused when its plugin is imported, not once the
+    server listens: above all one written for the former (Settings, torch.device) form."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # a callable without a signature to read: it is called as documented
+    try:
+        signature.bind(*([None, None] if with_options else [None]))
+    except TypeError:
+        takes = "(its options, a ModelContext)" if with_options else "a ModelContext"
+        raise TypeError(
+            f"register_model({name!r}): the factory must take {takes}, not {signature}; a factory of "
+            "(settings, device) is the former form: take a ModelContext (context.device, "
+            "context.max_batch_size, ...) and declare options= for the model's own settings"
+        ) from None
+
+
+register_model("mlp", mlp_model, options=MlpOptions)
+register_model("byte-lm", byte_lm, options=ByteLmOptions)
+register_model(
+    "all-minilm-l6-v2",
+    lambda context: all_minilm_l6_v2(max_batch_size=context.max_batch_size, device=context.device),
+)
 
 
 def resolve_device(setting: str) -> torch.device:
@@ -82,7 +154,7 @@ def check_models(settings: Settings) -> None:
     Runs before the server binds its port, so a mistake never leaves a half-started server."""
     load_plugins(settings.plugins)
     hf = settings.hf_directories
-    known = sorted({*_FACTORIES, *hf})
+    known = sorted({*_REGISTRY, *hf})
     unknown = [name for name in settings.served_models if name not in known]
     if unknown:
         raise ValueError(
@@ -95,18 +167,72 @@ def check_models(settings: Settings) -> None:
                 f"invalid setting hf_models: {name}={directory} needs a readable directory saved with "
                 "save_pretrained (it holds config.json)"
             )
+    model_options(settings)
+
+
+def model_options(settings: Settings) -> dict[str, Any]:
+    """The options of every registered model that declares its own, by name, from --model-options (a later
+    entry for the same key wins); raises ValueError naming the entry and what it takes. After load_plugins."""
+    given: dict[str, dict[str, str]] = {}
+    for entry in settings.model_options:
+        target, _, value = entry.partition("=")
+        name, _, key = target.rpartition(".")  # a model's name may hold dots (qwen2.5), an option's never
+        given.setdefault(name, {})[key] = value
+    hf = settings.hf_directories
+    for name, keys in given.items():
+        first = f"--model-options {name}.{next(iter(keys))}"
+        if name not in _REGISTRY:
+            declared = [n for n in _owners() if _REGISTRY[n].options is not NoOptions]
+            what = "a --hf-models model, takes no options" if name in hf else "is not a registered model"
+            raise ValueError(
+                f"invalid setting model_options: {first}: {name} {what}; models with options: "
+                f"{', '.join(declared)} (a plugin given with --plugins can add more)"
+            )
+        if _REGISTRY[name].options_of != name:
+            base = _REGISTRY[name].options_of
+            raise ValueError(
+                f"invalid setting model_options: {first}: {name} takes the options of {base}; give "
+                f"{base}.{next(iter(keys))}"
+            )
+    try:
+        return {name: parse_options(name, _REGISTRY[name].options, given.get(name, {})) for name in _owners()}
+    except ValueError as exc:
+        raise ValueError(f"invalid setting model_options: {exc}") from exc
+
+
+def options_help() -> str:
+    """Every registered model's options, one a line, for `sluice serve --help`."""
+    rows = [row for name in _owners() for row in describe_options(name, _REGISTRY[name].options)]
+    width = max((len(given) for given, _ in rows), default=0)
+    lines = [f"  {given:<{width}}  {text}" for given, text in rows]
+    title = "model options (--model-options NAME.KEY=VALUE; a plugin given with --plugins may declare more):"
+    return "\n".join([title, *lines])
+
+
+def _owners() -> list[str]:
+    """The registered models that own their options (every one but the variants), by name."""
+    return sorted(name for name, registration in _REGISTRY.items() if registration.options_of == name)
 
 
 def build_models(settings: Settings, device: torch.device) -> list[Model]:
     """Builds every served model, in --models order (after check_models; call on the model's thread). A name
     given in --hf-models is that Hugging Face model, even where an embedded model has the same name."""
     hf = settings.hf_directories
-    return [
-        _hf_model(settings, name, Path(hf[name]), device)
-        if name in hf
-        else _FACTORIES[name](settings, device)
-        for name in settings.served_models
-    ]
+    options = model_options(settings)
+    context = ModelContext(
+        device=device,
+        max_batch_size=settings.max_batch_size,
+        context_length=settings.context_length,
+        max_sequences=settings.max_sequences,
+    )
+    models = []
+    for name in settings.served_models:
+        if name in hf:
+            models.append(_hf_model(settings, name, Path(hf[name]), device))
+        else:
+            registration = _REGISTRY[name]
+            models.append(registration.build(options[registration.options_of], context))
+    return models
 
 
 def _hf_model(settings: Settings, name: str, directory: Path, device: torch.device) -> Model:

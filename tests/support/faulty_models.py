@@ -3,6 +3,7 @@
 Load it with `--plugins tests.support.faulty_models --models faulty`. It also registers `wide`, the MLP four
 times as wide (a model that needs more memory per request than `mlp`), and `bulky`, which takes a FLOAT32
 vector of any length and answers its sum after 50 ms (requests of megabytes that stay in flight a while).
+`faulty` and `wide` are variants of `mlp`: `--model-options mlp.width=256` (or `--mlp-width 256`) sizes them.
 An item of `faulty` whose x[0] is
   -1    raises torch.OutOfMemoryError for any batch that holds it (a forced OOM),
   NaN   raises ValueError for any batch that holds it (a bad item discovered late, inside forward),
@@ -20,10 +21,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from server.config import Settings
 from server.domain import Array, DType, ModelDescriptor, ModelKind, ModelLimits, TensorSpec
 from server.runtimes.base import TensorModel
-from server.runtimes.mlp import MlpModel
+from server.runtimes.mlp import MlpModel, MlpOptions
+from server.runtimes.options import ModelContext
 from server.runtimes.registry import register_model
 
 OOM = -1.0
@@ -49,12 +50,12 @@ class FaultyModel(TensorModel):
         return self.mlp.forward(batch)
 
 
-def _factory(settings: Settings, device: torch.device) -> FaultyModel:
-    return FaultyModel(width=settings.mlp_width, max_batch_size=settings.max_batch_size, device=device)
+def _factory(options: MlpOptions, context: ModelContext) -> FaultyModel:
+    return FaultyModel(width=options.width, max_batch_size=context.max_batch_size, device=context.device)
 
 
-def _wide(settings: Settings, device: torch.device) -> TensorModel:
-    mlp = MlpModel(width=4 * settings.mlp_width, max_batch_size=settings.max_batch_size, device=device)
+def _wide(options: MlpOptions, context: ModelContext) -> TensorModel:
+    mlp = MlpModel(width=4 * options.width, max_batch_size=context.max_batch_size, device=context.device)
     mlp.descriptor = dataclasses.replace(mlp.descriptor, name="wide", description="A wider MLP (tests only)")
     return mlp
 
@@ -83,6 +84,6 @@ class BulkyModel(TensorModel):
         self.forward([{"x": np.zeros(4, dtype=np.float32)}])
 
 
-register_model("faulty", _factory)
-register_model("bulky", lambda settings, device: BulkyModel(max_batch_size=settings.max_batch_size))
-register_model("wide", _wide)
+register_model("faulty", _factory, options_of="mlp")
+register_model("bulky", lambda context: BulkyModel(max_batch_size=context.max_batch_size))
+register_model("wide", _wide, options_of="mlp")

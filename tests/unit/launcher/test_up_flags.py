@@ -172,3 +172,13 @@ def test_a_shim_settings_error_gets_the_flags_up_calls_them() -> None:
 )
 def test_the_shim_dials_a_wildcard_server_on_loopback(host: str, dialled: str) -> None:
     assert dial_address(host, 5) == dialled
+
+
+def test_a_former_model_flag_reaches_the_server_in_its_new_spelling_and_up_warns_once() -> None:
+    argv = split(["--lm-size", "small", "--model-options", "mlp.width=8", "--mlp-width", "64"])
+    assert pairs(argv.server) == {"--model-options": "byte-lm.size=small,mlp.width=64,mlp.width=8"}
+    assert argv.warnings == (
+        "--lm-size is deprecated; use --model-options byte-lm.size=small",
+        "--mlp-width is deprecated; use --model-options mlp.width=64",
+    )
+    assert split(["--model-options", "mlp.width=8"]).warnings == ()

@@ -25,7 +25,7 @@ def test_flags_parse_into_settings() -> None:
         (["--max-queue", "-1"], "max_queue"),
         (["--low-watermark", "0.95", "--high-watermark", "0.9"], "low_watermark"),
         (["--max-batch-size", "0"], "max_batch_size"),
-        (["--lm-size", "huge"], "lm_size"),
+        (["--model-options", "byte-lm.size"], "model_options"),
         (["--memory-probe", "gpu"], "memory_probe"),
         (["--default-max-tokens", "5000"], "default_max_tokens"),
         (["--hf-models", "nameonly"], "hf_models"),
