@@ -50,7 +50,7 @@ class ChannelSettings:
     max_message_bytes: int = 64 * 1024 * 1024
     # Pings find a replica that stopped answering (a frozen process, a vanished host) while calls are in
     # flight: a stream on it ends UNAVAILABLE within time + timeout instead of hanging. The server allows
-    # pings this often (server/grpc_options.py).
+    # pings this often (server/transport/options.py).
     keepalive_time_s: float = 10.0
     keepalive_timeout_s: float = 5.0
     retry_max_attempts: int = 4

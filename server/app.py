@@ -30,13 +30,13 @@ from server.admission.tenants import Keys
 from server.batching.worker import ModelWorker
 from server.config import Settings
 from server.frontends.engine import FrontendPool
-from server.grpc_options import BUSY_PORT, server_options
 from server.metrics import Metrics
 from server.placement import DevicePlacement, breaker_for, place
-from server.reflection import enable_reflection
 from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
-from server.tls import is_loopback, server_credentials
+from server.transport.options import BUSY_PORT, server_options
+from server.transport.reflection import enable_reflection
+from server.transport.tls import is_loopback, server_credentials
 from wire.metadata import READINESS_SERVICE
 
 log = logging.getLogger(__name__)

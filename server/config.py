@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from process.flags import FlagParser, add_flags, flag_name, setting, values_from
-from server.tls import TlsFiles
+from server.transport.tls import TlsFiles
 
 DEFAULT_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2")
 

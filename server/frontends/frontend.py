@@ -41,9 +41,9 @@ from server.frontends.wire import (
     drop_body,
     take_body,
 )
-from server.grpc_options import BUSY_PORT, server_options
-from server.reflection import enable_reflection
-from server.tls import server_credentials
+from server.transport.options import BUSY_PORT, server_options
+from server.transport.reflection import enable_reflection
+from server.transport.tls import server_credentials
 
 log = logging.getLogger("server.frontend")
 

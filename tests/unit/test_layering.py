@@ -21,6 +21,17 @@ FORBIDDEN = {
     "process": {"server", "shim", "clients", "launcher", "bench", "tests"},
     "auth": {"server", "shim", "clients", "launcher", "bench", "tests"},
     "launcher": {"bench", "tests"},
+    "wire": {"server", "shim", "clients", "process", "auth", "launcher", "bench", "tests"},
+}
+
+# Inside the server: server.X -> the server packages it must never import. The request path runs
+# admission -> servicer -> batching -> runtimes; memory and codec sit beside it and look at neither end.
+SERVER_FORBIDDEN = {
+    "batching": {"admission", "servicer", "app", "placement", "frontends"},
+    "runtimes": {"admission", "batching", "servicer", "codec", "app", "placement", "frontends"},
+    "codec": {"admission", "batching", "runtimes", "servicer", "app", "placement", "frontends"},
+    "memory": {"admission", "batching", "servicer", "codec", "app", "placement", "frontends"},
+    "admission": {"batching", "runtimes", "servicer", "app", "placement"},
 }
 
 
@@ -41,6 +52,17 @@ def test_nothing_imports_upward(package: str) -> None:
     for path in sorted((ROOT / package).rglob("*.py")):
         for module in imports(path):
             if module.split(".")[0] in FORBIDDEN[package]:
+                offences.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not offences, offences
+
+
+@pytest.mark.parametrize("package", sorted(SERVER_FORBIDDEN))
+def test_server_packages_import_only_down_the_request_path(package: str) -> None:
+    offences = []
+    for path in sorted((ROOT / "server" / package).rglob("*.py")):
+        for module in imports(path):
+            parts = module.split(".")
+            if parts[0] == "server" and len(parts) > 1 and parts[1] in SERVER_FORBIDDEN[package]:
                 offences.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not offences, offences
 
