@@ -16,11 +16,12 @@ from starlette.types import ASGIApp
 
 from shim.identity import REQUEST_ID_HEADER, TENANT_HEADER
 from shim.upstream.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
+from wire import metadata as names
 
 ALLOWED_HEADERS = (
     "content-type",
-    "authorization",
-    "api-key",
+    names.AUTHORIZATION,
+    names.API_KEY_HEADER,
     REQUEST_ID_HEADER,
     PRIORITY_HEADER,
     TIMEOUT_HEADER,

@@ -25,8 +25,10 @@ from typing import Any
 import grpc
 
 from clients.errors import status_code_from_number, status_details_of
+from wire import errors as reasons
+from wire.errors import clip as wire_clip
 
-SHIM_DOMAIN = "shim.sluice"
+SHIM_DOMAIN = reasons.SHIM_DOMAIN
 # What one echoed text may hold, and how many metadata entries and field violations one error lists.
 MAX_ECHO_CHARS = 512
 MAX_LISTED = 32
@@ -54,7 +56,7 @@ HTTP_STATUS_BY_CODE: Mapping[grpc.StatusCode, int] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
 _REASON_STATUS_OVERRIDES: Mapping[tuple[grpc.StatusCode, str], int] = {
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, "REQUEST_TOO_LARGE"): 413,
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, reasons.REQUEST_TOO_LARGE): 413,
 }
 
 
@@ -66,13 +68,9 @@ def http_status_for(code: grpc.StatusCode, reason: str | None = None) -> int:
 
 
 def clip(text: str) -> str:
-    """`text` as an error may echo it: at most MAX_ECHO_CHARS, marked with the original length when cut,
-    and encodable as UTF-8 (a lone surrogate from a JSON escape such as "\\udc80" is written escaped)."""
-    if len(text) > MAX_ECHO_CHARS:
-        text = f"{text[:MAX_ECHO_CHARS]}…[clipped: {len(text)} chars]"
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """`text` as an error may echo it: the wire contract's clip rule at MAX_ECHO_CHARS (the original length
+    marked when cut; encodable as UTF-8, a lone surrogate from a JSON escape such as "\\udc80" escaped)."""
+    return wire_clip(text, MAX_ECHO_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +175,7 @@ def from_rpc_error(
             ErrorBody(
                 code=grpc.StatusCode.UNAVAILABLE,
                 message=f"the upstream server is unavailable: {message or 'no reason given'}",
-                reason="UPSTREAM_UNAVAILABLE",
+                reason=reasons.UPSTREAM_UNAVAILABLE,
                 domain=SHIM_DOMAIN,
                 retry_after_s=details.retry_after if details.retry_after is not None else reconnect_s,
             )
@@ -216,6 +214,9 @@ def from_stream_error(code_number: int, message: str, reason: str) -> ErrorBody:
 def upstream_protocol_error(message: str) -> ShimError:
     """The upstream broke the contract, e.g. ended a generation without a final message."""
     body = ErrorBody(
-        code=grpc.StatusCode.INTERNAL, message=message, reason="UPSTREAM_PROTOCOL_ERROR", domain=SHIM_DOMAIN
+        code=grpc.StatusCode.INTERNAL,
+        message=message,
+        reason=reasons.UPSTREAM_PROTOCOL_ERROR,
+        domain=SHIM_DOMAIN,
     )
     return ShimError(body)

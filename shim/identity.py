@@ -11,8 +11,10 @@ import secrets
 
 from starlette.datastructures import Headers
 
-REQUEST_ID_HEADER = "x-request-id"
-TENANT_HEADER = "x-sluice-tenant"
+from wire import metadata as names
+
+REQUEST_ID_HEADER = names.REQUEST_ID
+TENANT_HEADER = names.TENANT
 _MAX_ID_CHARS = 128
 
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)

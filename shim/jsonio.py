@@ -11,6 +11,7 @@ import orjson
 from starlette.responses import Response
 
 from shim.refusals import invalid_argument
+from wire import errors as reasons
 
 # orjson's words for what it refuses -> what the caller is told (the rest: "not valid JSON: ...").
 _REASONS = (
@@ -30,7 +31,7 @@ def loads(raw: bytes) -> Any:
         message = next(
             (said for words, said in _REASONS if words in text), f"request body is not valid JSON: {text}"
         )
-        raise invalid_argument(message, reason="MALFORMED_JSON") from None
+        raise invalid_argument(message, reason=reasons.MALFORMED_JSON) from None
 
 
 def dumps(value: Any) -> bytes:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import grpc
 
 from shim.errors import SHIM_DOMAIN, ErrorBody, FieldViolation, ShimError
+from wire import errors as reasons
 
 
 def _shim_error(
@@ -51,7 +52,7 @@ def request_too_large(limit: int) -> ShimError:
     return _shim_error(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         f"request body exceeds {limit} bytes",
-        reason="REQUEST_TOO_LARGE",
+        reason=reasons.REQUEST_TOO_LARGE,
         metadata={"limit_bytes": str(limit)},
     )
 
@@ -61,7 +62,7 @@ def request_timeout(what: str, timeout_s: float) -> ShimError:
     return _shim_error(
         grpc.StatusCode.DEADLINE_EXCEEDED,
         f"the request {what} did not arrive within {timeout_s:g} s",
-        reason="REQUEST_TIMEOUT",
+        reason=reasons.REQUEST_TIMEOUT,
         status=408,
         metadata={"timeout_s": f"{timeout_s:g}"},
         close_connection=True,
@@ -74,7 +75,7 @@ def unsupported_media_type(content_type: str | None) -> ShimError:
     return _shim_error(
         grpc.StatusCode.INVALID_ARGUMENT,
         f"the request body must be JSON (Content-Type: application/json), got {sent}",
-        reason="UNSUPPORTED_MEDIA_TYPE",
+        reason=reasons.UNSUPPORTED_MEDIA_TYPE,
         status=415,
         violations=(FieldViolation("Content-Type", "must be application/json or a +json type"),),
     )
@@ -85,7 +86,7 @@ def malformed_http(detail: str) -> ShimError:
     return _shim_error(
         grpc.StatusCode.INVALID_ARGUMENT,
         f"invalid HTTP request: {detail}",
-        reason="MALFORMED_HTTP",
+        reason=reasons.MALFORMED_HTTP,
         close_connection=True,
     )
 
@@ -95,7 +96,7 @@ def shim_overloaded(limit: int) -> ShimError:
     return _shim_error(
         grpc.StatusCode.UNAVAILABLE,
         f"the shim is serving its limit of {limit} requests; retry shortly",
-        reason="SHIM_OVERLOADED",
+        reason=reasons.SHIM_OVERLOADED,
         metadata={"max_inflight": str(limit)},
         retry_after_s=1.0,
     )

@@ -11,12 +11,13 @@ from starlette.datastructures import Headers
 
 from auth.keys import TenantEntry, bearer_token, match
 from shim.refusals import unauthenticated
+from wire.metadata import API_KEY_HEADER, AUTHORIZATION
 
 
 def check(entries: Sequence[TenantEntry], headers: Headers) -> tuple[str, TenantEntry]:
     """The request's token and its tenant in the keys file; raises the 401 ShimError otherwise."""
-    authorization = headers.get("authorization")
-    token = bearer_token(authorization) if authorization is not None else headers.get("api-key")
+    authorization = headers.get(AUTHORIZATION)
+    token = bearer_token(authorization) if authorization is not None else headers.get(API_KEY_HEADER)
     if not token:
         raise unauthenticated("this API needs `Authorization: Bearer <token>` (or `api-key: <token>`)")
     entry = match(entries, token.strip())

@@ -29,10 +29,11 @@ from shim.stream.consumer import Choice, Generations, respond
 from shim.upstream.call_options import CallOptions, call_options
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
+from wire.metadata import USER
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 BodyT = TypeVar("BodyT", bound=BaseModel)
-USER_METADATA = "x-sluice-user"
+USER_METADATA = USER
 USER_FORWARD_LIMIT = 256
 _PRINTABLE = string.punctuation.replace("%", "") + " "
 STARTED = int(time.time())  # `created` of every model: when this process began serving it

@@ -11,9 +11,10 @@ from starlette.datastructures import Headers
 from clients.types import PriorityName
 from shim.errors import FieldViolation
 from shim.refusals import invalid_argument
+from wire import metadata as names
 
-PRIORITY_HEADER = "x-sluice-priority"
-TIMEOUT_HEADER = "x-sluice-timeout-ms"
+PRIORITY_HEADER = names.PRIORITY_HEADER
+TIMEOUT_HEADER = names.TIMEOUT_HEADER
 
 
 @dataclass(frozen=True, slots=True)

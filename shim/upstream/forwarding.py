@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 from grpc import aio
 
 from shim.identity import FORWARDED_TOKEN
+from wire.metadata import AUTHORIZATION
 
 
 def _with_token(details: Any) -> Any:
     token = FORWARDED_TOKEN.get()
     if token is None:
         return details
-    metadata = [*(details.metadata or ()), ("authorization", f"Bearer {token}")]
+    metadata = [*(details.metadata or ()), (AUTHORIZATION, f"Bearer {token}")]
     return details._replace(metadata=metadata)
 
 

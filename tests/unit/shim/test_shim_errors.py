@@ -193,8 +193,8 @@ def test_every_echoed_text_is_clipped_with_its_length() -> None:
     encoded = json.dumps(ShimError(body).to_json())
     assert len(encoded) < 64 * 1024
     error = json.loads(encoded)["error"]
-    marker = "…[clipped: 100000 chars]"
-    assert error["message"] == f"prompt holds '{'x' * (MAX_ECHO_CHARS - 14)}…[clipped: 100015 chars]"
+    marker = "… (100000 chars)"  # the wire contract's clip rule, as the server's
+    assert error["message"] == f"prompt holds '{'x' * (MAX_ECHO_CHARS - 14)}… (100015 chars)"
     assert error["reason"] == error["domain"] == "x" * MAX_ECHO_CHARS + marker
     assert len(error["metadata"]) == MAX_LISTED + 1
     assert error["metadata"]["…"] == f"{100 - MAX_LISTED} more entries not shown"
