@@ -75,7 +75,7 @@ def test_no_warning_without_a_former_flag(capsys: pytest.CaptureFixture[str]) ->
         ("byte-lm.size=huge", "--model-options byte-lm.size takes tiny, small or bench, not 'huge'"),
         ("mlp.width=wide", "--model-options mlp.width takes an integer, not 'wide'"),
         ("mlp.width=0", "--model-options mlp.width=0: width must be >= 1"),
-        ("mlp.colour=red", "--model-options mlp.colour: mlp has no option colour (it has: width)"),
+        ("mlp.colour=red", "--model-options mlp.colour: mlp has no option colour (it has: width"),
         ("all-minilm-l6-v2.pooling=cls", "all-minilm-l6-v2 takes no options"),
         ("gpt.size=small", "gpt is not a registered model; models with options: byte-lm, mlp"),
     ],
