@@ -79,21 +79,13 @@ class AsyncGenerationStream:
 class AsyncSluiceClient(ClientBase):
     """An asyncio client of one Sluice server; create and use it on one event loop.
 
-    `timeout` is the default deadline, in seconds, of every call (None: no deadline); each method's
-    `timeout` argument overrides it for that call.
+    Takes ClientBase's arguments (target, timeout, settings, credentials, token).
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        timeout: float | None = 30.0,
-        settings: ChannelSettings | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        token: str | None = None,
+    def _open(
+        self, target: str, settings: ChannelSettings, credentials: grpc.ChannelCredentials | None
     ) -> None:
-        super().__init__(timeout=timeout, token=token)
-        self._channel = open_aio_channel(target, settings or ChannelSettings(), credentials)
+        self._channel = open_aio_channel(target, settings, credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
 
     async def infer(

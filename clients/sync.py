@@ -69,21 +69,13 @@ class GenerationStream:
 class SluiceClient(ClientBase):
     """A blocking client of one Sluice server; safe to share between threads.
 
-    `timeout` is the default deadline, in seconds, of every call (None: no deadline); each method's
-    `timeout` argument overrides it for that call.
+    Takes ClientBase's arguments (target, timeout, settings, credentials, token).
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        timeout: float | None = 30.0,
-        settings: ChannelSettings | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        token: str | None = None,
+    def _open(
+        self, target: str, settings: ChannelSettings, credentials: grpc.ChannelCredentials | None
     ) -> None:
-        super().__init__(timeout=timeout, token=token)
-        self._channel = open_channel(target, settings or ChannelSettings(), credentials)
+        self._channel = open_channel(target, settings, credentials)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
 
     def infer(
