@@ -12,9 +12,10 @@ given `service_of` (Generate), what the scheduler says that much work takes at i
 how long earlier streams' readers took, or how long a stalled peer kept a stream, is not a property of the
 model, so a Generate gate learns nothing from hold times. (Learning Infer's only from successful calls
 was tried: in the cancellation storm test the estimate then stayed near zero, 2 ms-deadline calls were
-let in, and Infer callers stopped queueing: 21-45 admitted instead of 78.) An idle gate never refuses on
-its estimate: the call is the probe that refreshes it (an estimate that refused everything would
-otherwise never unlearn).
+let in, and Infer callers stopped queueing: 21-45 admitted instead of 78.) While the gate is idle the
+service estimate decays, halving every second: an estimate that refused every call would otherwise
+never be corrected, since only calls that run teach it. (Letting any call through an idle gate, as a
+probe, was tried first: the storm test then saw Infer callers stop queueing now and then.)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from server.domain import Priority
 from server.errors import DeadlineExpired, DeadlineUnmeetable, Overloaded
 
 _EWMA = 0.1
+_IDLE_HALF_LIFE_S = 1.0
 
 
 @dataclass(order=True, slots=True)
@@ -70,6 +72,7 @@ class AdmissionGate:
         self._service_of = service_of  # seconds a call asking for that much work takes (None: learnt)
         self._service_s = 0.0  # EWMA of how long a successful call holds its slot
         self._last_handover: float | None = None  # the last release that passed its slot to a waiter
+        self._idle_since: float | None = None  # when the last slot came back (cleared once one is taken)
         self._release_interval_s = 0.0  # EWMA of the time between releases while queued: 1 / drain rate
 
     def is_full(self) -> bool:
@@ -90,6 +93,8 @@ class AdmissionGate:
         measured rates (0 when unknown)."""
         ahead = self.waiting + 1 if self.in_use >= self.slots else 0
         service = self._service_of(work) if self._service_of is not None else self._service_s
+        if self.in_use == 0 and self._idle_since is not None:
+            service *= 0.5 ** ((self._clock() - self._idle_since) / _IDLE_HALF_LIFE_S)
         return ahead * self._drain_interval_s() + service
 
     def overloaded(self) -> Overloaded:
@@ -105,7 +110,7 @@ class AdmissionGate:
             if timeout_s <= 0:
                 raise DeadlineExpired("the deadline passed before the request was admitted")
             estimate = self.estimated_wait_s(work)
-            if self.in_use and estimate and timeout_s < estimate:
+            if estimate and timeout_s < estimate:
                 raise DeadlineUnmeetable(
                     f"deadline in {timeout_s * 1000:.0f} ms but the estimated wait plus service time is "
                     f"{estimate * 1000:.0f} ms",
@@ -117,6 +122,7 @@ class AdmissionGate:
         if self.in_use < self.slots:
             self.in_use += 1
             self.idle.clear()
+            self._idle_since = None
             return 0.0
         if self.waiting >= self.max_waiting:
             raise self.overloaded()
@@ -158,6 +164,7 @@ class AdmissionGate:
         self.in_use -= 1
         if self.in_use == 0:
             self.idle.set()
+            self._idle_since = now
 
     def _learn_drain(self, now: float) -> None:
         """Counts the gap since the previous hand-over: both ends had a queue, so no idle time is in it."""

@@ -131,19 +131,21 @@ def test_unmeetable_deadline_is_refused_up_front() -> None:
     run(main())
 
 
-def test_an_idle_gate_never_refuses_on_its_estimate() -> None:
-    """With nothing in flight nothing else can correct a stale estimate: the call is let through as the
-    probe, and its own outcome teaches the gate."""
+def test_an_idle_gate_forgets_its_estimate() -> None:
+    """Only calls that run teach the estimate, so one that refused every call would never be corrected:
+    while nothing is in flight it halves every second."""
 
     async def main() -> None:
-        gate = AdmissionGate("t", slots=2, max_waiting=4)
+        clock = FakeClock()
+        gate = AdmissionGate("t", slots=2, max_waiting=4, clock=clock)
         await gate.acquire(Priority.NORMAL, None)
-        gate.release(20.0)
-        assert gate.in_use == 0
-        await gate.acquire(Priority.NORMAL, 3.0)  # the probe
+        gate.release(20.0)  # a 20 s call, and the gate is idle
         with pytest.raises(DeadlineUnmeetable):
-            await gate.acquire(Priority.NORMAL, 3.0)  # one is in flight: the estimate stands
-        gate.release(0.01)  # the probe came back fast: the estimate moves down
+            await gate.acquire(Priority.NORMAL, 3.0)
+        clock.now += 3.0  # 20 s / 2**3 = 2.5 s
+        await gate.acquire(Priority.NORMAL, 3.0)
+        assert gate.estimated_wait_s() == pytest.approx(20.0)  # busy again: no more decay
+        gate.release(0.01)  # that call came back fast: the estimate moves down
         assert gate.estimated_wait_s() < 20.0
 
     run(main())
