@@ -27,7 +27,11 @@ def status_kb(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
-def test_96_callers_of_4_mib_stay_within_the_request_bytes_budget() -> None:
+ROUNDS = 3
+
+
+def one_round() -> tuple[Counter[str], float, float]:
+    """96 concurrent 4 MiB calls against a fresh server: (outcomes, peak RSS growth in MB, refusals)."""
     server = start_server(
         "--plugins", "tests.support.faulty_models", "--models", "bulky", "--max-concurrency", "96",
         "--max-queue", "96", "--max-request-bytes-in-flight", str(BUDGET),
@@ -59,11 +63,21 @@ def test_96_callers_of_4_mib_stay_within_the_request_bytes_budget() -> None:
         refused = server.metric("sluice_requests_refused_total", model="bulky", reason="REQUEST_BYTES")
     finally:
         assert server.terminate() == 0
-    print(f"\n96 x 4 MiB, budget 8 MiB: {dict(outcomes)}; server peak RSS growth {growth_mb:.0f} MB")
-    assert sum(outcomes.values()) == CALLERS  # none lost
-    assert set(outcomes) <= {"OK", "REQUEST_BYTES"} and outcomes["OK"] >= 2 and outcomes["REQUEST_BYTES"] >= 1
-    assert refused == outcomes["REQUEST_BYTES"]
-    # gRPC's own receive buffers come on top of the budget: how many 4 MiB messages it holds at once
-    # depends on timing (83-120 MB measured alone, 204 MB once in a loaded CI run); with most calls parsed
-    # (a 64 MiB budget) the growth was 304-374 MB.
-    assert growth_mb < 260, growth_mb
+    return outcomes, growth_mb, refused
+
+
+def test_96_callers_of_4_mib_stay_within_the_request_bytes_budget() -> None:
+    growths = []
+    for _ in range(ROUNDS):
+        outcomes, growth_mb, refused = one_round()
+        print(f"\n96 x 4 MiB, budget 8 MiB: {dict(outcomes)}; server peak RSS growth {growth_mb:.0f} MB")
+        assert sum(outcomes.values()) == CALLERS  # none lost
+        assert set(outcomes) <= {"OK", "REQUEST_BYTES"} and outcomes["OK"] >= 2
+        assert outcomes["REQUEST_BYTES"] >= 1
+        assert refused == outcomes["REQUEST_BYTES"]
+        growths.append(growth_mb)
+    # gRPC's own receive buffers come on top of the budget, and how many 4 MiB messages it holds at once
+    # depends on timing: 79-213 MB in most runs on these 2-core machines, but 269 and 489 MB in single
+    # runs (at 46ac099 too). With most calls parsed (a 64 MiB budget) every run grew 304-374 MB. So the
+    # bound is on the least of three rounds, each against a fresh server.
+    assert min(growths) < 260, growths
