@@ -1,1 +1,2 @@
-"""Process hygiene shared by the server and the shim: descriptor limits and bounded logging."""
+"""Process plumbing shared by the server and the shim: flags generated from settings dataclasses, descriptor
+limits, bounded logging and the access log."""

@@ -1,2 +1,3 @@
-"""Admission control: the concurrency gate with its bounded priority queue, the memory breaker, and the
-interceptor that applies them before a request body is parsed."""
+"""Admission control: the interceptor and the ordered policies it runs (policies/) before a request body is
+parsed, the reader of the raw bytes, each model's gate (slots, bounded priority queue, deadline estimate),
+the handlers that hold a slot until the call ends, the write watchdog, tenants and devices."""

@@ -1,1 +1,2 @@
-"""The one translation layer between protobuf messages and domain types (server/domain.py)."""
+"""The one translation layer between protobuf and the server's domain (server/domain.py): messages and
+tensors, reading raw bytes without parsing them (wire.py), and domain errors -> gRPC status (status.py)."""
