@@ -100,7 +100,9 @@ class AsyncSluiceClient(ClientBase):
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> InferResult:
         """Run one item through a tensor model and return its decoded outputs."""
-        request = self._infer_request(model, inputs, priority, request_id, parameters)
+        request = self._infer_request(
+            model, inputs, priority=priority, request_id=request_id, parameters=parameters
+        )
         with typed_errors():
             response = await self._stub.Infer(
                 request, timeout=self._deadline(timeout), metadata=self._metadata

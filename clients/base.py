@@ -11,9 +11,8 @@ import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 
 from clients.channel import ChannelSettings, check_timeout
-from clients.codec import InputValue
 from clients.messages import build_generate_request, build_infer_request
-from clients.types import ChatMessage, ParameterScalar, PriorityName
+from clients.types import ChatMessage, PriorityName
 from wire.metadata import AUTHORIZATION
 from wire.sampling import Sampling
 
@@ -47,17 +46,7 @@ class ClientBase:
     def _deadline(self, timeout: float | None) -> float | None:
         return self._timeout if timeout is None else check_timeout(timeout)
 
-    @staticmethod
-    def _infer_request(
-        model: str,
-        inputs: Mapping[str, InputValue],
-        priority: PriorityName | None,
-        request_id: str | None,
-        parameters: Mapping[str, ParameterScalar] | None,
-    ) -> pb.InferRequest:
-        return build_infer_request(
-            model, inputs, priority=priority, request_id=request_id, parameters=parameters
-        )
+    _infer_request = staticmethod(build_infer_request)
 
     @staticmethod
     def _generate_request(

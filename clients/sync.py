@@ -89,7 +89,9 @@ class SluiceClient(ClientBase):
         timeout: float | None = None,
     ) -> InferResult:
         """Run one item through a tensor model and return its decoded outputs."""
-        request = self._infer_request(model, inputs, priority, request_id, parameters)
+        request = self._infer_request(
+            model, inputs, priority=priority, request_id=request_id, parameters=parameters
+        )
         with typed_errors():
             response = self._stub.Infer(request, timeout=self._deadline(timeout), metadata=self._metadata)
         return result_from_response(response)
