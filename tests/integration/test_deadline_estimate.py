@@ -12,7 +12,6 @@ are the same case from HTTP."""
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 
 import grpc
@@ -128,7 +127,5 @@ def test_slow_sse_readers_through_the_shim_do_not_lock_short_deadlines_out(serve
             reader.close()
         shim.terminate()
     wait_until(lambda: generate_idle(server), timeout=30, what="nothing in flight")
-    started = time.monotonic()
-    for _ in range(5):
+    for _ in range(5):  # each within its own 3 s deadline, or short_generate raises
         short_generate(server)
-    assert time.monotonic() - started < 5 * DEADLINE_S
