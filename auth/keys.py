@@ -36,6 +36,9 @@ class TenantEntry:
     share: float
     rate_per_s: float
     models: frozenset[str] | None
+    # The prefix cache's namespace: tenants never see each other's cached prompts unless their entries
+    # name the same `prefix_cache_group`; by default each tenant is its own.
+    cache_salt: str = ""
 
 
 def load_keys(path: Path) -> list[TenantEntry]:
@@ -86,7 +89,8 @@ def _entry(entry: object, index: int, path: Path) -> TenantEntry:
     except (KeyError, ValueError) as exc:
         raise ValueError(
             f"{where} needs name, token_sha256 (64 hex digits), and optionally priority_ceiling "
-            f"(low, normal, high), share, rate_per_s, models ({type(exc).__name__}: {exc})"
+            f"(low, normal, high), share, rate_per_s, models, prefix_cache_group "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
     if len(digest) != 32 or ceiling not in PRIORITIES or not 0 < share <= 1 or not rate > 0:
         raise ValueError(
@@ -101,4 +105,7 @@ def _entry(entry: object, index: int, path: Path) -> TenantEntry:
         share=share,
         rate_per_s=rate,
         models=frozenset(str(m) for m in models) if isinstance(models, list) else None,
+        cache_salt="group:" + str(entry["prefix_cache_group"])
+        if "prefix_cache_group" in entry
+        else "tenant:" + name,
     )

@@ -161,6 +161,7 @@ def chunk_from_response(response: pb.GenerateResponse) -> GenerationChunk:
             prompt_tokens=response.usage.prompt_tokens,
             completion_tokens=response.usage.completion_tokens,
             total_tokens=response.usage.total_tokens,
+            cached_tokens=response.usage.cached_tokens,
         )
     return GenerationChunk(
         text=response.text,

@@ -54,6 +54,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    cached_tokens: int = 0  # prompt tokens the server's prefix cache held (not computed again)
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,11 +116,21 @@ class Settings:
     # fills while the previous one computes, so a delay only made a lone caller wait (158 vs 238+ calls/s).
     max_delay_ms: float = setting(0.0, help="how long a partial batch may wait for company", unit="ms")
     # Continuous batching (Generate).
-    max_sequences: int = setting(32, help="KV-cache slots per generative model", unit="sequences")
-    context_length: int = setting(1024, help="tokens per KV-cache slot", unit="tokens")
-    kv_cache_memory: float = setting(
-        0.9, help="fraction of the memory free at start-up the KV cache may take (fewer slots if short)"
+    # vLLM's max_num_seqs: memory, counted by the token (docs/kv-cache.md), limits them before this does.
+    max_sequences: int = setting(256, help="sequences running at once per generative model", unit="sequences")
+    context_length: int = setting(
+        0, help="longest sequence, prompt + max_tokens", unit="tokens", shown="the model's own (its config's)"
     )
+    kv_cache_bytes: int = setting(
+        0,
+        help="KV cache of each generative model",
+        unit="bytes",
+        shown="--kv-cache-memory of the free memory; on CPU at most 64 MiB",
+    )
+    kv_cache_memory: float = setting(
+        0.9, help="fraction of the memory free at start-up the KV cache may take (see --kv-cache-bytes)"
+    )
+    prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two
     # batch-24 decode steps of a 12 M-parameter Llama (bench.hf_generate); a GPU prefills hundreds meanwhile.
@@ -225,9 +235,11 @@ class Settings:
         _check(self.max_batch_size > 0, "max_batch_size", "must be > 0")
         _check(self.max_delay_ms >= 0, "max_delay_ms", "must be >= 0")
         _check(self.max_sequences > 0, "max_sequences", "must be > 0")
-        _check(self.context_length >= 16, "context_length", "must be >= 16")
+        _check(self.context_length == 0 or self.context_length >= 16, "context_length", "must be 0 or >= 16")
+        _check(self.kv_cache_bytes >= 0, "kv_cache_bytes", "must be >= 0 (0 = from free memory)")
         _check(
-            0 < self.default_max_tokens < self.context_length,
+            self.default_max_tokens > 0
+            and (self.context_length == 0 or self.default_max_tokens < self.context_length),
             "default_max_tokens",
             "must be > 0 and below context_length",
         )

@@ -142,6 +142,7 @@ class GenerateSpec:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens whose keys and values came from the prefix cache
 
     @property
     def total_tokens(self) -> int:

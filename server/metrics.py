@@ -123,8 +123,44 @@ class Metrics:
             m,
             registry=r,
         )
-        self.kv_slots = Gauge("sluice_kv_slots_in_use", "KV-cache slots held by sequences.", m, registry=r)
-        self.kv_tokens = Gauge("sluice_kv_tokens_in_use", "Tokens held in the KV cache.", m, registry=r)
+        self.kv_slots = Gauge(
+            "sluice_kv_slots_in_use", "Sequences holding a region of the KV cache.", m, registry=r
+        )
+        self.kv_tokens = Gauge(
+            "sluice_kv_tokens_in_use", "Tokens whose keys and values running sequences wrote.", m, registry=r
+        )
+        self.kv_reserved = Gauge(
+            "sluice_kv_tokens_reserved",
+            "Tokens of the KV cache reserved by running sequences.",
+            m,
+            registry=r,
+        )
+        self.kv_cached = Gauge(
+            "sluice_kv_tokens_cached", "Tokens of the KV cache held by cached prefixes.", m, registry=r
+        )
+        self.kv_free = Gauge(
+            "sluice_kv_tokens_free", "Tokens of the KV cache held by nothing.", m, registry=r
+        )
+        self.kv_fragmentation = Gauge(
+            "sluice_kv_fragmentation", "1 - the largest free run of the KV cache / its free tokens.", m,
+            registry=r,
+        )  # fmt: skip
+        self.prefix_hits = Counter(
+            "sluice_prefix_cache_hits_total", "Sequences that reused a cached prefix.", m, registry=r
+        )
+        self.prefix_tokens = Counter(
+            "sluice_prefix_cache_tokens_total", "Prompt tokens taken from the prefix cache.", m, registry=r
+        )
+        self.prefix_evictions = Counter(
+            "sluice_prefix_cache_evictions_total", "Cached prefixes evicted for memory.", m, registry=r
+        )
+        self.preemptions = Counter(
+            "sluice_preemptions_total", "Sequences preempted for a higher-priority one.", m, registry=r
+        )
+        self.recomputed = Counter(
+            "sluice_recomputed_tokens_total", "Tokens prefilled again to resume preempted sequences.", m,
+            registry=r,
+        )  # fmt: skip
         self.ttft = Histogram(
             "sluice_time_to_first_token_seconds",
             "Arrival to first token sent.",

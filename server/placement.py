@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,11 +16,12 @@ from server.batching.dynamic import DynamicBatcher
 from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
 from server.config import Settings
+from server.kv.arena import ALIGN
 from server.memory.breaker import MemoryBreaker
-from server.memory.capacity import kv_slots, plan_capacity
+from server.memory.capacity import kv_tokens, plan_capacity
 from server.memory.probes import make_probe
 from server.metrics import Metrics
-from server.runtimes.base import GenerativeModel, TensorModel
+from server.runtimes.base import GenerativeModel, Prefill, TensorModel
 from server.runtimes.registry import build_models
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ async def place(settings: Settings, placement: DevicePlacement, metrics: Metrics
             placement.schedulers[name] = scheduler
             placement.generate_gates[name] = AdmissionGate(
                 f"Generate {name}",
-                slots=scheduler.pool.capacity,
+                slots=settings.max_sequences,
                 max_waiting=settings.max_queue,
                 service_of=scheduler.service_estimate_s,
             )
@@ -104,25 +105,24 @@ async def _start_tensor_model(
 async def _start_generative_model(
     s: Settings, placement: DevicePlacement, model: GenerativeModel, worker: ModelWorker, metrics: Metrics
 ) -> ContinuousScheduler:
-    context = min(s.context_length, model.descriptor.limits.context_length or s.context_length)
-    slots, why = kv_slots(model, s, context, placement.breaker.probe.read())
-    cache = await worker.run(model.allocate_cache, slots, context)
-    if slots != model.descriptor.limits.max_concurrent_sequences:  # the listing says what memory allowed
-        limits = replace(model.descriptor.limits, max_batch_size=slots, max_concurrent_sequences=slots)
-        model.descriptor = replace(model.descriptor, limits=limits)
+    context = model.descriptor.limits.context_length
+    tokens, why = kv_tokens(model, s, context, placement.breaker.probe.read())
+    cache = await worker.run(model.allocate_cache, tokens)
     log.info(
-        "KV cache for %s on %s: %d slots x %d tokens = %.1f MiB (%s)",
+        "KV cache for %s on %s: %d tokens = %.1f MiB (%s), sequences up to %d tokens, prefix cache %s",
         model.descriptor.name,
         placement.device,
-        slots,
-        context,
+        tokens,
         cache / 2**20,
         why,
+        context,
+        "on" if s.prefix_cache else "off",
     )
     scheduler = ContinuousScheduler(
         model,
         worker,
-        max_sequences=slots,
+        kv_tokens=tokens,
+        prefix_cache=s.prefix_cache,
         prefill_chunk_tokens=s.prefill_chunk_tokens or (512 if model.device.type == "cuda" else 32),
         limits=RequestLimits(
             context_length=context,
@@ -136,20 +136,19 @@ async def _start_generative_model(
         metrics=metrics,
         device_label=placement.label,
     )
-    await worker.run(_warm_generative, model, s.warmup_steps, slots)
+    await worker.run(_warm_generative, model, s.warmup_steps, min(s.max_sequences, tokens // ALIGN))
     placement.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
     return scheduler
 
 
-def _warm_generative(model: GenerativeModel, steps: int, slots: int) -> None:
-    """Runs prefill and decode once alone and once with every slot in the batch, so the first real requests
-    do not pay for lazy initialisation and the allocator's high-water mark is reached before serving (a
-    full first batch grew the server's RSS by up to ~50 MB in the slow-client storm otherwise)."""
+def _warm_generative(model: GenerativeModel, steps: int, rows: int) -> None:
+    """Runs prefill and decode once alone and once with a full batch, so the first real requests do not pay
+    for lazy initialisation and the allocator's high-water mark is reached before serving (a full first
+    batch grew the server's RSS by up to ~50 MB in the slow-client storm otherwise). What it writes into
+    the arena is never read: regions are written before they are attended."""
     for _ in range(steps):
-        for batch in sorted({1, slots}):
-            prompts = [(slot, [1, 2, 3, 4]) for slot in range(batch)]
-            logits = model.prefill_many(prompts)
+        for batch in sorted({1, rows}):
+            bases = [row * ALIGN for row in range(batch)]
+            logits = model.prefill_many([Prefill(base, [1, 2, 3, 4]) for base in bases])
             tokens = logits.argmax(dim=-1)
-            model.decode(list(range(batch)), tokens, torch.full((batch,), 4, device=model.device))
-            for slot in range(batch):
-                model.release(slot)
+            model.decode(bases, tokens, torch.full((batch,), 4, device=model.device))

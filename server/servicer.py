@@ -12,6 +12,7 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from server.admission.devices import CHOSEN
 from server.admission.handlers import ADMISSION_WAIT, STREAM_SLOT, abort
+from server.admission.tenants import CALLER
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
@@ -66,7 +67,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 raise ModelNotFound(spec.model, list(self.schedulers))
             scheduler = replicas[CHOSEN.get()]
             slot = STREAM_SLOT.get()
-            seq = scheduler.submit(spec, on_release=slot.release if slot is not None else None)
+            remaining = context.time_remaining()
+            tenant = CALLER.get()
+            seq = scheduler.submit(
+                spec,
+                on_release=slot.release if slot is not None else None,
+                deadline=None if remaining is None else time.monotonic() + remaining,
+                salt=tenant.entry.cache_salt if tenant is not None else "",
+            )
         except SluiceError as error:
             await abort(context, error)
             raise

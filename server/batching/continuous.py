@@ -1,8 +1,10 @@
 """ContinuousScheduler: iteration-level batching for Generate.
 
-Each iteration is a step boundary: finished, cancelled and stalled sequences leave and free their KV slot;
-waiting sequences join (prefilled in the same worker call); then one decode step runs over every sequence
-whose consumer has room. Paused sequences keep their cache and rejoin when their consumer catches up.
+Each iteration is a step boundary: finished, cancelled and stalled sequences leave and give their KV region
+up (to the prefix cache); waiting sequences join in admission's order, taking a region sized to their
+prompt and max_tokens and any cached prefix (KvMemory, which may preempt lower-priority sequences: they
+rejoin and are recomputed); then one decode step runs over every sequence whose consumer has room.
+Paused sequences keep their cache and rejoin when their consumer catches up.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 import time
 from collections import deque
@@ -17,11 +20,11 @@ from collections.abc import AsyncIterator, Callable
 
 import torch
 
+from server.batching.memory import KvMemory
 from server.batching.oom import OomRecovery, out_of_memory
 from server.batching.prefill import PrefillWork, plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
 from server.batching.sequence import GenSequence
-from server.batching.slots import SlotPool
 from server.batching.step import StepPlan, run_step
 from server.batching.stream import TokenStream, merge
 from server.batching.text import TextAssembler
@@ -61,18 +64,20 @@ class ContinuousScheduler:
         model: GenerativeModel,
         worker: ModelWorker,
         *,
-        max_sequences: int,
+        kv_tokens: int,
         limits: RequestLimits,
         stream_buffer: int,
         stall_timeout_s: float,
         breaker: MemoryBreaker | None,
         metrics: Metrics,
         prefill_chunk_tokens: int | None = None,
+        prefix_cache: bool = True,
         device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
     ) -> None:
         self.model = model
         self.worker = worker
-        self.pool = SlotPool(max_sequences, limits.context_length)
+        name = model.descriptor.name
+        self.memory = KvMemory(kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name)
         self.limits = limits
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s
@@ -84,15 +89,17 @@ class ContinuousScheduler:
         self.step_s = 0.0  # EWMA of a step's duration: what one more token of a stream costs now
         self.drain_deadline: float | None = None
         self._wake = asyncio.Event()
-        name = model.descriptor.name
         self._m_tokens = metrics.tokens.labels(name)
         self._m_discarded = metrics.tokens_discarded.labels(name)
         self._m_after_cancel = metrics.tokens_after_cancel.labels(name)
         self._m_active = metrics.sequences.labels(name)
         self._m_paused = metrics.sequences_paused.labels(name)
         self._m_stalled = metrics.stalled.labels(name)
-        self._m_slots = metrics.kv_slots.labels(name)
-        self._m_kv_tokens = metrics.kv_tokens.labels(name)
+        self._m_kv = [
+            g.labels(name)
+            for g in (metrics.kv_slots, metrics.kv_tokens, metrics.kv_reserved, metrics.kv_cached,
+                      metrics.kv_free, metrics.kv_fragmentation)
+        ]  # fmt: skip
         self._m_ttft = metrics.ttft.labels(name)
         self._m_compute = metrics.compute.labels(name, "Generate", device_label or model.descriptor.device)
         self._m_batch = metrics.batch_size.labels(name, "Generate", device_label or model.descriptor.device)
@@ -106,9 +113,17 @@ class ContinuousScheduler:
         tokens = min(max_tokens or self.limits.default_max_tokens, self.limits.context_length)
         return tokens * self.step_s
 
-    def submit(self, spec: GenerateSpec, *, on_release: Callable[[], None] | None = None) -> GenSequence:
+    def submit(
+        self,
+        spec: GenerateSpec,
+        *,
+        on_release: Callable[[], None] | None = None,
+        deadline: float | None = None,
+        salt: str = "",
+    ) -> GenSequence:
         """Validates against the model's limits (raising before the stream starts) and queues to join.
-        `on_release` is called once the sequence has left and its KV slot is free."""
+        `on_release` is called once the sequence has left and given its KV region up; `deadline`
+        (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache."""
         prompt, params = resolve_request(spec, self.model, self.limits)
         seed = spec.sampling.seed if spec.sampling.seed is not None else secrets.randbits(63)
         seq = GenSequence(
@@ -118,6 +133,10 @@ class ContinuousScheduler:
             TokenStream(self.stream_buffer, self._wake.set),
             TextAssembler(params.stop, strip_leading_space=self.model.strips_leading_space),
             time.monotonic(),
+            priority=spec.priority,
+            deadline=math.inf if deadline is None else deadline,
+            salt=salt,
+            feed=list(prompt),
             on_release=on_release,
         )
         self.joining.append(seq)
@@ -141,7 +160,7 @@ class ContinuousScheduler:
         if seq.done or seq.cancel_step is not None:
             return
         seq.cancel_step = self.steps_started
-        if seq.slot is None:
+        if seq.region is None:
             with contextlib.suppress(ValueError):
                 self.joining.remove(seq)
             seq.done = True
@@ -162,25 +181,30 @@ class ContinuousScheduler:
                 self._end_all(ShuttingDown("the server is shutting down"))
             self._retire()
             runnable = self._runnable(now)
-            prefilling = (s for s in self.active if s.prefilled < len(s.prompt))
+            prefilling = [s for s in self.active if s.prefilled < len(s.feed)]
+            if len(self.joining) > 1:
+                self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
             work = plan_prefill(
-                prefilling, self.joining, self.pool, self.prefill_chunk, decoding=bool(runnable)
-            )
+                prefilling, self.joining, self.memory, self.prefill_chunk, decoding=bool(runnable),
+                preempt=self._preempt,
+            )  # fmt: skip
+            runnable = [s for s in runnable if s.region is not None]  # less any just preempted
+            moves = self.memory.take_moves()
             self._publish_gauges(len(runnable))
-            if not runnable and not work.chunks:
+            if not runnable and not work.chunks and not moves:
                 timeout = self._next_timer(now)
                 with contextlib.suppress(TimeoutError):
                     # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a shutdown cancel.
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
                 continue
-            await self._step(work, runnable)
+            await self._step(work, runnable, moves)
 
     def _runnable(self, now: float) -> list[GenSequence]:
         runnable = []
         for seq in self.active:
-            if seq.prefilled < len(seq.prompt):
-                continue  # its prompt is still going in, a chunk per step
+            if seq.prefilled < len(seq.feed):
+                continue  # its feed is still going in, a chunk per step
             if seq.stream.has_room():
                 seq.paused_since = None
                 runnable.append(seq)
@@ -197,12 +221,14 @@ class ContinuousScheduler:
                 )
         return runnable
 
-    async def _step(self, work: PrefillWork, runnable: list[GenSequence]) -> None:
+    async def _step(
+        self, work: PrefillWork, runnable: list[GenSequence], moves: list[tuple[int, int, int]]
+    ) -> None:
         step = self.steps_started
         self.steps_started += 1
         completing = work.completing
         batch = completing + runnable
-        plan = StepPlan.of(work.prefills, completing, runnable)
+        plan = StepPlan.of(moves, work.prefills(), completing, runnable)
         started = time.monotonic()
         self.active.extend(work.joined)
         try:
@@ -218,9 +244,11 @@ class ContinuousScheduler:
         self._m_batch.observe(len(work.chunks) + len(runnable))
         tokens = result.tokens
         self._m_tokens.inc(len(tokens))
-        work.commit()
+        for seq in work.commit():
+            self.memory.prefilled(seq)
         for seq in runnable:
             seq.position += 1
+            self.memory.wrote(seq, seq.last_token)
         for row, (seq, token) in enumerate(zip(batch, tokens, strict=True)):
             self._deliver(seq, token, step, result.logprobs.get(row))
 
@@ -239,8 +267,7 @@ class ContinuousScheduler:
             self._m_ttft.observe(time.monotonic() - seq.arrived)
         seq.generated += 1
         seq.last_token = token
-        if seq.slot is not None:
-            self.pool.set_tokens(seq.slot, seq.position)
+        seq.produced.append(token)
         logprobs = [self._token_logprob(token, logprob)] if logprob is not None else []
         if token == self.model.eos_id and not seq.params.ignore_eos:
             chunk = TokenChunk(text=seq.text.flush(), token_ids=[token], logprobs=logprobs)
@@ -252,7 +279,7 @@ class ContinuousScheduler:
         chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
         if stopped:
             self._finish(seq, FinishReason.STOP, chunk=chunk)
-        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.pool.context_length:
+        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.limits.context_length:
             chunk.text += seq.text.flush()
             self._finish(seq, FinishReason.LENGTH, chunk=chunk)
         else:
@@ -288,10 +315,7 @@ class ContinuousScheduler:
             if seq.done or seq.cancel_step is not None:
                 if not seq.done:
                     self._finish(seq, FinishReason.CANCELLED)
-                if seq.slot is not None:
-                    self.pool.release(seq.slot)
-                    self.model.release(seq.slot)
-                    seq.slot = None
+                self.memory.release(seq)
                 _released(seq)
             else:
                 keep.append(seq)
@@ -313,11 +337,26 @@ class ContinuousScheduler:
             timers.append(self.drain_deadline - now)
         return max(min(timers), 0.0) + 0.001 if timers else None
 
+    def _preempt(self, seq: GenSequence) -> None:
+        """Frees a running sequence's memory for a higher-priority one: it rejoins to be recomputed from its
+        prompt and every token already sent (through the prefix cache while its region is there), so its
+        client sees a pause, never a repeat or a gap."""
+        self.memory.release(seq)
+        self.active.remove(seq)
+        seq.feed = seq.prompt + seq.produced
+        seq.prefilled = seq.position = 0
+        seq.paused_since = None
+        self.joining.append(seq)
+
     def _publish_gauges(self, runnable: int) -> None:
         self._m_active.set(len(self.active))
         self._m_paused.set(len(self.active) - runnable)
-        self._m_slots.set(self.pool.in_use)
-        self._m_kv_tokens.set(self.pool.tokens_in_use)
+        arena = self.memory.arena
+        memory = self.memory
+        values = (memory.holders, memory.written, arena.reserved(), arena.cached(), arena.free_tokens(),
+                  arena.fragmentation())  # fmt: skip
+        for gauge, value in zip(self._m_kv, values, strict=True):
+            gauge.set(value)
 
     def _step_error(self, exc: Exception) -> SluiceError:
         if isinstance(exc, torch.OutOfMemoryError):  # the worker gave the cached memory back already

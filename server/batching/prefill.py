@@ -1,15 +1,16 @@
-"""Which prompt tokens a step prefills: the chunks of prompts already in a slot, then new joiners, within
-the step's token budget (vLLM's chunked prefill), so that a long prompt joining delays the running streams
-by at most one budget of prompt tokens per step instead of by its whole length."""
+"""Which prompt tokens a step prefills: the chunks of feeds already in a region, then new joiners (which
+take their region, and any cached prefix, from KvMemory), within the step's token budget (vLLM's chunked
+prefill), so that a long prompt joining delays the running streams by at most one budget of prompt
+tokens per step instead of by its whole length."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from server.batching.memory import KvMemory
 from server.batching.sequence import GenSequence
-from server.batching.slots import SlotPool
 from server.runtimes.base import Prefill
 
 # A step's prompt tokens in all, in chunks: a burst of short prompts joins in one step up to this.
@@ -18,49 +19,59 @@ STEP_CHUNKS = 16
 
 @dataclass(slots=True)
 class PrefillWork:
-    """One step's prefills, with the sequence and token count of each; `joined` took a slot this step."""
+    """One step's prefill chunks (sequence, token count); `joined` took a region this step."""
 
-    prefills: list[Prefill] = field(default_factory=list)
     chunks: list[tuple[GenSequence, int]] = field(default_factory=list)
     joined: list[GenSequence] = field(default_factory=list)
 
     @property
     def completing(self) -> list[GenSequence]:
-        """The sequences whose prompt this step finishes: each gets its first token."""
-        return [seq for seq, n in self.chunks if seq.prefilled + n == len(seq.prompt)]
+        """The sequences whose feed this step finishes: each gets its next token."""
+        return [seq for seq, n in self.chunks if seq.prefilled + n == len(seq.feed)]
+
+    def prefills(self) -> list[Prefill]:
+        """Built once planning is over: a later joiner's compaction may have moved an earlier region."""
+        return [
+            Prefill(seq.base, seq.feed[seq.prefilled : seq.prefilled + n], seq.prefilled,
+                    seq.prefilled + n == len(seq.feed))
+            for seq, n in self.chunks
+        ]  # fmt: skip
 
     def add(self, seq: GenSequence, n: int) -> None:
-        start = seq.prefilled
-        end = start + n
-        assert seq.slot is not None and n > 0 and end <= len(seq.prompt)
-        self.prefills.append(Prefill(seq.slot, seq.prompt[start:end], start, end == len(seq.prompt)))
+        assert seq.region is not None and n > 0 and seq.prefilled + n <= len(seq.feed)
         self.chunks.append((seq, n))
 
-    def commit(self) -> None:
-        """After the step ran: the chunks are in the cache."""
+    def commit(self) -> list[GenSequence]:
+        """After the step ran: the chunks are in the cache. Returns the sequences whose feed is now in."""
+        done = []
         for seq, n in self.chunks:
             seq.prefilled += n
-            if seq.prefilled == len(seq.prompt):
-                seq.position = len(seq.prompt)
+            if seq.prefilled == len(seq.feed):
+                seq.position = len(seq.feed)
+                done.append(seq)
+        return done
 
 
 def plan_prefill(
     prefilling: Iterable[GenSequence],
     joining: deque[GenSequence],
-    pool: SlotPool,
+    memory: KvMemory,
     chunk: int | None,
     *,
     decoding: bool,
+    preempt: Callable[[GenSequence], None],
 ) -> PrefillWork:
-    """The step's prompt tokens, in arrival order. `chunk` None: whole prompts, every joiner a slot allows
-    (a runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
-    decode, a prompt longer than `chunk` goes in `chunk` tokens per step, one such prompt at a time, and
-    shorter prompts join whole; a step never takes more than STEP_CHUNKS chunks of prompt tokens in all
-    (with nothing decoding, that whole budget may go to one long prompt)."""
+    """The step's prompt tokens, in rank order. `chunk` None: whole feeds, every joiner memory allows (a
+    runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
+    decode, a feed longer than `chunk` goes in `chunk` tokens per step, one such feed at a time, and
+    shorter ones join whole; a step never takes more than STEP_CHUNKS chunks of prompt tokens in all
+    (with nothing decoding, that whole budget may go to one long feed)."""
     work = PrefillWork()
     if chunk is None:
-        while joining and (slot := pool.acquire()) is not None:
-            _join(work, joining, pool, slot, None)
+        while joining and memory.admit(joining[0], preempt):
+            seq = joining.popleft()
+            work.joined.append(seq)
+            work.add(seq, len(seq.feed) - seq.prefilled)
         return work
     left = chunk * STEP_CHUNKS
     per_long = chunk if decoding else left
@@ -68,30 +79,26 @@ def plan_prefill(
     for seq in prefilling:
         if left <= 0 or not long_ones:
             return work
-        n = min(per_long, left, len(seq.prompt) - seq.prefilled)
+        n = min(per_long, left, len(seq.feed) - seq.prefilled)
         work.add(seq, n)
         left, long_ones = left - n, long_ones - 1
     while joining and left > 0:
-        size = len(joining[0].prompt)
+        seq = joining[0]
+        if len(seq.feed) <= chunk and len(seq.feed) > left:
+            break  # a whole short feed waits for the next step's budget
+        if len(seq.feed) > chunk and not long_ones and not memory.prefix.enabled:
+            break  # a long feed waits for the one going in; those behind it keep their turn
+        if not memory.admit(seq, preempt):
+            break
+        joining.popleft()
+        work.joined.append(seq)
+        size = len(seq.feed) - seq.prefilled  # what the prefix cache left to compute
         if size <= chunk:
-            if size > left:
-                break
-            n = size
+            n = min(size, left)
         elif long_ones:
             n, long_ones = min(per_long, left, size), long_ones - 1
         else:
-            break  # a long prompt waits for the one going in; those behind it keep their turn
-        slot = pool.acquire()
-        if slot is None:
-            break
-        _join(work, joining, pool, slot, n)
+            continue  # it holds its region and goes in a chunk per step from the next one
+        work.add(seq, n)
         left -= n
     return work
-
-
-def _join(work: PrefillWork, joining: deque[GenSequence], pool: SlotPool, slot: int, n: int | None) -> None:
-    seq = joining.popleft()
-    seq.slot = slot
-    pool.set_tokens(slot, len(seq.prompt))
-    work.joined.append(seq)
-    work.add(seq, len(seq.prompt) if n is None else n)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
-from server.domain import SamplingParams, Usage
+from server.domain import Priority, SamplingParams, Usage
+from server.kv.arena import Region
 
 
 @dataclass(eq=False, slots=True)
 class GenSequence:
-    """One generation's state; `position` counts the tokens already written to its KV slot once the prompt
-    is in (`prefilled` counts the prompt tokens written so far, chunk by chunk)."""
+    """One generation's state. `feed` is what goes into its KV region by prefill: the prompt, or after a
+    preemption the prompt and every token already sent. `prefilled` counts the feed tokens written so
+    far (a cached prefix counts at once), `position` the tokens written once the feed is in."""
 
     prompt: list[int]
     params: SamplingParams
@@ -21,15 +24,33 @@ class GenSequence:
     stream: TokenStream
     text: TextAssembler
     arrived: float
-    slot: int | None = None
+    priority: Priority = Priority.NORMAL
+    deadline: float = math.inf  # monotonic; inf: none
+    salt: str = ""  # the prefix cache's namespace: the tenant's, or a group's the keys file shares
+    feed: list[int] = field(default_factory=list)
+    produced: list[int] = field(default_factory=list)  # the tokens sent, in order
+    region: Region | None = None
     position: int = 0
     prefilled: int = 0
     last_token: int = -1
     generated: int = 0
+    cached_tokens: int = 0  # prompt tokens the first admission took from the prefix cache
     cancel_step: int | None = None
     paused_since: float | None = None
     done: bool = False
-    on_release: Callable[[], None] | None = None  # called once its KV slot is free (admission's slot)
+    on_release: Callable[[], None] | None = None  # called once its KV region is given up (admission's slot)
+
+    @property
+    def base(self) -> int:
+        assert self.region is not None
+        return self.region.base
+
+    @property
+    def rank(self) -> tuple[int, float, float]:
+        """Admission's order, most important highest: priority, then the nearer deadline, then age."""
+        return (int(self.priority), -self.deadline, -self.arrived)
 
     def usage(self) -> Usage:
-        return Usage(prompt_tokens=len(self.prompt), completion_tokens=self.generated)
+        return Usage(
+            prompt_tokens=len(self.prompt), completion_tokens=self.generated, cached_tokens=self.cached_tokens
+        )

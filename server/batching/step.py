@@ -20,8 +20,9 @@ from server.runtimes.base import GenerativeModel, Prefill
 class StepPlan:
     """What the worker needs, copied out of the sequences on the event loop (the worker touches none)."""
 
+    moves: list[tuple[int, int, int]]  # KV copies before the forward pass (compaction, cached prefixes)
     prefills: list[Prefill]
-    slots: list[int]
+    bases: list[int]
     last_tokens: list[int]
     positions: list[int]
     params: list[SamplingParams]
@@ -31,15 +32,20 @@ class StepPlan:
 
     @classmethod
     def of(
-        cls, prefills: list[Prefill], completing: list[GenSequence], runnable: list[GenSequence]
+        cls,
+        moves: list[tuple[int, int, int]],
+        prefills: list[Prefill],
+        completing: list[GenSequence],
+        runnable: list[GenSequence],
     ) -> StepPlan:
         """Rows: the sequences whose prompt this step completes (their first token), then the running ones."""
         batch = completing + runnable
         seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
         counters = np.fromiter((s.generated for s in batch), dtype=np.int64, count=len(batch))
         return cls(
+            moves=moves,
             prefills=prefills,
-            slots=[s.slot for s in runnable if s.slot is not None],
+            bases=[s.base for s in runnable],
             last_tokens=[s.last_token for s in runnable],
             positions=[s.position for s in runnable],
             params=[s.params for s in batch],
@@ -71,9 +77,13 @@ def run_step(model: GenerativeModel, plan: StepPlan) -> StepResult:
 
 def _step(model: GenerativeModel, plan: StepPlan) -> StepResult:
     device = model.device
+    if plan.moves:
+        model.move_kv(plan.moves)
+    if not plan.prefills and not plan.bases:
+        return StepResult([], {})  # a step of moves only
     logits = model.forward(
         plan.prefills,
-        plan.slots,
+        plan.bases,
         torch.tensor(plan.last_tokens, dtype=torch.long, device=device),
         torch.tensor(plan.positions, dtype=torch.long, device=device),
     )

@@ -154,6 +154,7 @@ def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
         out.usage.prompt_tokens = chunk.usage.prompt_tokens
         out.usage.completion_tokens = chunk.usage.completion_tokens
         out.usage.total_tokens = chunk.usage.total_tokens
+        out.usage.cached_tokens = chunk.usage.cached_tokens
     if chunk.error is not None:
         out.error.code = grpc.StatusCode[chunk.error.code].value[0]
         out.error.message = chunk.error.message

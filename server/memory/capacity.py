@@ -68,28 +68,32 @@ def plan_capacity(model: TensorModel, settings: Settings, probe: MemoryProbe) ->
     )
 
 
-def kv_slots(
+#: On CPU an automatic KV cache takes at most this: the host probe's free memory is the whole machine's.
+CPU_KV_CACHE_BYTES = 64 * 2**20
+
+
+def kv_tokens(
     model: GenerativeModel, settings: Settings, context_length: int, reading: MemoryReading
 ) -> tuple[int, str]:
-    """KV-cache slots for a generative model: --max-sequences, fewer where the --kv-cache-memory fraction of
-    the memory free now does not hold that many; with how it was decided, for the start-up log."""
-    per_slot = model.slot_bytes(context_length)
-    if per_slot is None:
-        return settings.max_sequences, "--max-sequences; the runtime does not say its slot size"
+    """Tokens of a generative model's KV arena: --kv-cache-bytes, else the --kv-cache-memory fraction of
+    the memory free now (on CPU at most CPU_KV_CACHE_BYTES); with how it was decided, for the start-up
+    log. Raises where the arena would not hold one sequence of `context_length` tokens."""
+    per_token = model.kv_bytes_per_token()
     free = max(reading.budget_bytes - reading.used_bytes, 0)
-    fits = int(free * settings.kv_cache_memory) // max(per_slot, 1)
-    if fits < 1:
+    if settings.kv_cache_bytes:
+        budget, how = settings.kv_cache_bytes, "--kv-cache-bytes"
+    else:
+        budget, how = int(free * settings.kv_cache_memory), f"{settings.kv_cache_memory} x free"
+        if model.device.type == "cpu" and budget > CPU_KV_CACHE_BYTES:
+            budget, how = CPU_KV_CACHE_BYTES, "the CPU default"
+    tokens = budget // max(per_token, 1)
+    if tokens < context_length:
         raise ValueError(
-            f"invalid setting context_length: one KV-cache slot of {context_length} tokens takes "
-            f"{per_slot / 2**20:.1f} MiB, more than {settings.kv_cache_memory} x {free / 2**20:.0f} MiB "
-            "free; lower --context-length or raise --kv-cache-memory"
+            f"invalid setting kv_cache_bytes: {budget / 2**20:.1f} MiB ({how}, free {free / 2**20:.0f} "
+            f"MiB) holds {tokens} tokens at {per_token} bytes each, less than one sequence of "
+            f"context_length {context_length}; lower --context-length or raise --kv-cache-bytes"
         )
-    slots = min(settings.max_sequences, fits)
-    bound = "--max-sequences" if slots == settings.max_sequences else "memory"
-    return slots, (
-        f"{bound}: {settings.kv_cache_memory} x free {free / 2**20:.0f} MiB / {per_slot / 2**20:.2f} MiB "
-        f"per slot = {fits} slots, --max-sequences {settings.max_sequences}"
-    )
+    return tokens, f"{how}: {budget / 2**20:.1f} MiB / {per_token} bytes per token"
 
 
 def _peak_bytes(model: TensorModel, size: int, device: torch.device) -> float:

@@ -15,6 +15,7 @@ import torch
 
 from server.domain import Array, ChatTurn, DType, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
+from server.kv.tensors import KvTensors
 
 
 class TensorModel(abc.ABC):
@@ -90,25 +91,29 @@ def synthetic_item(descriptor: ModelDescriptor) -> dict[str, Array]:
 
 @dataclass(frozen=True, slots=True)
 class Prefill:
-    """Prompt tokens to write into a slot from position `start`: a whole prompt, or one chunk of a long one;
-    `last` when the chunk ends the prompt (its last logits are wanted)."""
+    """Prompt tokens to write into the region at arena token `base`, from position `start`: a whole prompt,
+    its rest after a cached prefix, or one chunk of a long one; `last` when the chunk ends the prompt (its
+    last logits are wanted)."""
 
-    slot: int
+    base: int
     token_ids: Sequence[int]
     start: int = 0
     last: bool = True
 
 
 class GenerativeModel(abc.ABC):
-    """An autoregressive model whose KV cache lives in server-managed slots.
+    """An autoregressive model whose KV cache is one arena of tokens (server/kv): a sequence's keys and
+    values for position p sit at token base + p of its region.
 
-    The scheduler owns which slot holds which sequence; the model only reads and writes slot rows.
+    The scheduler owns which region holds which sequence; the model only reads and writes those tokens.
+    Every runtime prefills from any start (a cached prefix is already in the region).
     """
 
     descriptor: ModelDescriptor
     vocab_size: int
     eos_id: int | None
     device: torch.device
+    kv: KvTensors
     #: Whether the tokenizer's decode() drops the space that begins a text (SentencePiece's dummy prefix):
     #: the streamed text then drops it too, so that joined it equals decode() of the same ids.
     strips_leading_space = False
@@ -126,46 +131,47 @@ class GenerativeModel(abc.ABC):
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for (b"" for special tokens); the scheduler detokenises incrementally."""
 
-    def slot_bytes(self, context_length: int) -> int | None:
-        """KV-cache bytes of one slot, so the server can size the cache from free memory; None where unknown
-        (then --max-sequences alone sizes it)."""
-        return None
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes of one token, so the server can size the arena from a byte budget."""
+        return self.kv.bytes_per_token()
+
+    def allocate_cache(self, tokens: int) -> int:
+        """Preallocates the KV arena of `tokens` tokens; returns its bytes."""
+        return self.kv.allocate(tokens)
+
+    def move_kv(self, moves: list[tuple[int, int, int]]) -> None:
+        """Copies (source, destination, tokens) of keys and values, in order: compaction, cached prefixes."""
+        self.kv.copy(moves)
 
     @abc.abstractmethod
-    def allocate_cache(self, slots: int, context_length: int) -> int:
-        """Preallocates the KV cache for `slots` sequences of up to `context_length` tokens; returns bytes."""
+    def prefill(self, base: int, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
+        """Writes the tokens' keys/values at positions start.. of the region at `base`; returns the last
+        position's logits, shape [V]."""
+
+    def prefill_many(self, prompts: Sequence[Prefill]) -> torch.Tensor:
+        """Prefills several at once; returns each one's last logits, shape [N, V]. Runtimes that can batch
+        prompts override this; the default prefills one by one."""
+        return torch.stack([self.prefill(p.base, p.token_ids, p.start) for p in prompts])
 
     @abc.abstractmethod
-    def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
-        """Writes the prompt's keys/values into `slot` and returns the last position's logits, shape [V]."""
+    def decode(self, bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One decode step: token b sits at positions[b] of the region at bases[b]; logits [B, V]."""
 
-    def prefill_many(self, prompts: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
-        """Prefills several (slot, token ids) at once; returns each prompt's last logits, shape [N, V].
-        Runtimes that can pad prompts into one batch override this; the default prefills one by one."""
-        return torch.stack([self.prefill(slot, ids) for slot, ids in prompts])
-
-    @abc.abstractmethod
-    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """One decode step: token b sits at positions[b] of slots[b]; returns logits of shape [B, V]."""
-
-    #: Whether a Prefill may start mid-prompt (start > 0): the scheduler then splits long prompts to its
-    #: per-step token budget. Where False, every Prefill it sends is a whole prompt.
+    #: Whether the scheduler may split a long prompt into chunks of its per-step token budget. Where False,
+    #: every Prefill it sends is the rest of a prompt.
     chunked_prefill = False
 
     def forward(
-        self, prefills: Sequence[Prefill], slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
-        """One scheduler step: the prefills, then one decode token per slot. Returns logits [N, V] for the
+        """One scheduler step: the prefills, then one decode token per region. Returns logits [N, V] for the
         prefills that end their prompt, then for each decode row. The default runs prefill_many and decode;
         a runtime that fuses both into one pass overrides it."""
         parts = []
         if prefills:
-            parts.append(self.prefill_many([(p.slot, p.token_ids) for p in prefills]))
-        if slots:
-            parts.append(self.decode(slots, tokens, positions))
+            parts.append(self.prefill_many(prefills))
+        if bases:
+            parts.append(self.decode(bases, tokens, positions))
         if not parts:
             raise RuntimeError("a step needs at least one sequence")
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def release(self, slot: int) -> None:  # noqa: B027 - optional hook: slot caches are overwritten on reuse
-        """Called when a slot is freed; runtimes whose cache is not slot-indexed drop state here."""

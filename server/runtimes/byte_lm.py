@@ -1,4 +1,4 @@
-"""The embedded generative model: a byte-level decoder-only transformer with a slot-indexed KV cache.
+"""The embedded generative model: a byte-level decoder-only transformer over the server's KV arena.
 
 Weights are random but seeded, with an output bias towards printable ASCII so streamed text is legible.
 Tokens 0-255 are bytes; 256 is end-of-sequence, 257 beginning-of-sequence. Its one option is its size
@@ -12,15 +12,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from process.flags import setting
 from server.domain import ModelDescriptor, ModelKind, ModelLimits
-from server.runtimes.base import GenerativeModel
+from server.kv.tensors import KvTensors
+from server.runtimes.base import GenerativeModel, Prefill
+from server.runtimes.llama_attention import Heads, StepAttention
+from server.runtimes.llama_graph import attention
 from server.runtimes.options import ModelContext
 
 EOS, BOS, VOCAB = 256, 257, 258
+DEFAULT_CONTEXT = 1024  # its learned positions; --context-length sets another (and other weights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,9 @@ class _Block(nn.Module):
 
 
 class ByteLm(GenerativeModel, nn.Module):
-    """Pre-LN transformer; keys/values of slot s, layer l live in k_cache[l, s] / v_cache[l, s]."""
+    """Pre-LN transformer; keys/values of layer l, arena token t live in kv.k[l, :, t] / kv.v[l, :, t]."""
+
+    chunked_prefill = True
 
     def __init__(
         self, *, size: LmSize, context_length: int, max_sequences: int, device: torch.device, seed: int = 0
@@ -84,8 +89,9 @@ class ByteLm(GenerativeModel, nn.Module):
             self.head.bias[10] = 0.0
             self.head.bias[EOS] = -12.0
         self.to(device).eval()
-        self.k_cache = torch.empty(0)
-        self.v_cache = torch.empty(0)
+        self.kv = KvTensors(shape.layers, self.heads, self.head_dim, dtype=torch.float32, device=device)
+        self._geometry = Heads(self.heads, self.heads, self.head_dim, None)
+        self._no_rows = torch.empty(0, dtype=torch.long, device=device)
         self.descriptor = ModelDescriptor(
             name="byte-lm",
             version=f"1-{size}",
@@ -106,89 +112,53 @@ class ByteLm(GenerativeModel, nn.Module):
     def token_bytes(self, token_id: int) -> bytes:
         return bytes((token_id,)) if token_id < 256 else b""
 
-    def slot_bytes(self, context_length: int) -> int:
-        return 2 * self.shape.layers * self.heads * context_length * self.head_dim * 4
-
-    def allocate_cache(self, slots: int, context_length: int) -> int:
-        dims = (self.shape.layers, slots, self.heads, context_length, self.head_dim)
-        self.k_cache = torch.zeros(dims, device=self.device)
-        self.v_cache = torch.zeros(dims, device=self.device)
-        return 2 * self.k_cache.numel() * self.k_cache.element_size()
-
-    def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
-        n = len(token_ids)
-        ids = torch.tensor(token_ids, device=self.device)
-        x = self.tok_emb(ids) + self.pos_emb(torch.arange(n, device=self.device))
-        for layer, block in enumerate(self._layers):
-            qkv = block.qkv(block.ln1(x)).view(n, 3, self.heads, self.head_dim).permute(1, 2, 0, 3)
-            q, k, v = qkv[0], qkv[1], qkv[2]  # [H, n, Dh]
-            self.k_cache[layer, slot, :, :n] = k
-            self.v_cache[layer, slot, :, :n] = v
-            attn = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
-            x = x + block.proj(attn.transpose(0, 1).reshape(n, -1))
-            x = x + block.mlp(block.ln2(x))
-        out: torch.Tensor = self.head(self.ln_f(x[-1]))
-        return out
-
-    def prefill_many(self, prompts: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
-        """Right-pads the prompts into one batch: one forward pass instead of one per joining sequence."""
-        if len(prompts) == 1:
-            return self.prefill(*prompts[0])[None]
-        lengths = [len(ids) for _, ids in prompts]
-        span = max(lengths)
-        ids = torch.zeros(len(prompts), span, dtype=torch.long, device=self.device)
-        for row, (_, tokens) in enumerate(prompts):
-            ids[row, : len(tokens)] = torch.tensor(tokens, device=self.device)
-        valid = (
-            torch.arange(span, device=self.device)[None, :]
-            < torch.tensor(lengths, device=self.device)[:, None]
+    def forward(
+        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """Every prefill chunk's tokens and every decoding row's one token in one flat batch, attention over
+        zero-copy views of the arena (as the Llama decoder's, runtimes/llama_attention.py)."""
+        device = self.device
+        ids = [t for p in prefills for t in p.token_ids]
+        pos = [at for p in prefills for at in range(p.start, p.start + len(p.token_ids))]
+        flat_ids = torch.cat([torch.tensor(ids, dtype=torch.long, device=device), tokens])
+        flat_pos = torch.cat([torch.tensor(pos, dtype=torch.long, device=device), positions])
+        starts = [p.base for p in prefills for _ in p.token_ids]
+        flat_token = flat_pos + torch.cat(
+            [
+                torch.tensor(starts, dtype=torch.long, device=device),
+                torch.as_tensor(bases, dtype=torch.long, device=device),
+            ]
         )
-        causal = torch.ones(span, span, dtype=torch.bool, device=self.device).tril()
-        # Padded keys are never attended; padded queries still see their own valid prefix (no empty rows).
-        mask = (causal[None] & valid[:, None, :])[:, None]
-        n = len(prompts)
-        x = self.tok_emb(ids) + self.pos_emb(torch.arange(span, device=self.device))[None]
+        arena = self.kv.k.shape[2]
+        plan = StepAttention.plan(self._geometry, device, arena, prefills, bases, positions.tolist())
+        args = plan.graph_args()
+        attend = attention()
+        total = flat_ids.shape[0]
+        x = self.tok_emb(flat_ids) + self.pos_emb(flat_pos)
         for layer, block in enumerate(self._layers):
-            qkv = block.qkv(block.ln1(x)).view(n, span, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv[0], qkv[1], qkv[2]  # [N, H, span, Dh]
-            for row, (slot, _) in enumerate(prompts):
-                self.k_cache[layer, slot, :, : lengths[row]] = k[row, :, : lengths[row]]
-                self.v_cache[layer, slot, :, : lengths[row]] = v[row, :, : lengths[row]]
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            x = x + block.proj(attn.transpose(1, 2).reshape(n, span, -1))
+            qkv = block.qkv(block.ln1(x)).view(total, 3, self.heads, self.head_dim)
+            self.kv.k[layer][:, flat_token] = qkv[:, 1].transpose(0, 1)
+            self.kv.v[layer][:, flat_token] = qkv[:, 2].transpose(0, 1)
+            out = attend(qkv[:, 0], self.kv.k[layer], self.kv.v[layer], self.heads, self.head_dim, *args)
+            x = x + block.proj(out)
             x = x + block.mlp(block.ln2(x))
-        last = x[torch.arange(n, device=self.device), torch.tensor(lengths, device=self.device) - 1]
-        out: torch.Tensor = self.head(self.ln_f(last))
-        return out
+        logits: torch.Tensor = self.head(self.ln_f(x[plan.last_rows()]))
+        return logits
 
-    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        b = len(slots)
-        span = int(positions.max()) + 1
-        # Consecutive slots (the common case: the pool hands out the lowest free ones) are read as a view.
-        first = slots[0]
-        contiguous = list(slots) == list(range(first, first + b))
-        rows = slice(first, first + b) if contiguous else torch.tensor(slots, device=self.device)
-        slot_index = torch.as_tensor(slots, device=self.device)
-        mask = (torch.arange(span, device=self.device)[None, :] <= positions[:, None])[:, None, None, :]
-        x = self.tok_emb(tokens) + self.pos_emb(positions)
-        for layer, block in enumerate(self._layers):
-            qkv = block.qkv(block.ln1(x)).view(b, 3, self.heads, self.head_dim)
-            q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [B, H, Dh]
-            self.k_cache[layer, slot_index, :, positions] = k
-            self.v_cache[layer, slot_index, :, positions] = v
-            keys = self.k_cache[layer, rows, :, :span]
-            values = self.v_cache[layer, rows, :, :span]
-            attn = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=mask)
-            x = x + block.proj(attn.reshape(b, -1))
-            x = x + block.mlp(block.ln2(x))
-        out: torch.Tensor = self.head(self.ln_f(x))
-        return out
+    def prefill(self, base: int, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
+        return self.forward([Prefill(base, token_ids, start)], [], self._no_rows, self._no_rows)[0]
+
+    def prefill_many(self, prompts: Sequence[Prefill]) -> torch.Tensor:
+        return self.forward(prompts, [], self._no_rows, self._no_rows)
+
+    def decode(self, bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.forward([], bases, tokens, positions)
 
 
 def byte_lm(options: ByteLmOptions, context: ModelContext) -> ByteLm:
     return ByteLm(
         size=options.size,
-        context_length=context.context_length,
+        context_length=context.context_length or DEFAULT_CONTEXT,
         max_sequences=context.max_sequences,
         device=context.device,
     )

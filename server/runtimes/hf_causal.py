@@ -1,8 +1,8 @@
 """Hugging Face causal LMs (the optional `transformers` extra): the loader that picks the native Llama-family
 decoder where it can run the checkpoint, and the generic path for every other architecture.
 
-The generic path runs the model with HF's own attention; its keys/values for each sequence are kept in
-server-owned slots and handed back as a padded DynamicCache for each batched decode step (padding masked
+The generic path runs the model with HF's own attention; its keys/values for each sequence are kept in the
+server's KV arena and handed back as a padded DynamicCache for each batched decode step (padding masked
 out, positions explicit). It copies the rows it decodes every step, which the native decoder does not.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from server.kv.tensors import KvTensors
 from server.runtimes.base import GenerativeModel
 from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
 
@@ -60,44 +61,45 @@ class HfCausalLm(HfGenerativeModel):
         loaded: Any = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=dtype)
         self.model: Any = loaded.to(device).eval()
         config: Any = self.model.config
-        self.layers = int(config.num_hidden_layers)
-        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
-        self.head_dim = int(
-            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        layers = int(config.num_hidden_layers)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        self.kv = KvTensors(layers, kv_heads, head_dim, dtype=dtype, device=device)
+
+    def _past(self, rows: torch.Tensor, span: int) -> Any:
+        """The keys and values of tokens rows[b] + [0, span) as HF's cache, [B, kv, span, dim] per layer."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        index = (rows[:, None] + torch.arange(span, device=self.device)[None, :]).clamp(
+            max=self.kv.k.shape[2] - 1
         )
-        self.k_cache = torch.empty(0)
-        self.v_cache = torch.empty(0)
+        for layer in range(self.kv.layers):
+            keys = self.kv.k[layer][:, index].transpose(0, 1)
+            values = self.kv.v[layer][:, index].transpose(0, 1)
+            cache.update(keys, values, layer)
+        return cache
 
-    def slot_bytes(self, context_length: int) -> int:
-        size = torch.empty(0, dtype=self.dtype).element_size()
-        return (
-            2 * self.layers * self.kv_heads * min(context_length, self.context_length) * self.head_dim * size
-        )
-
-    def allocate_cache(self, slots: int, context_length: int) -> int:
-        dims = (self.layers, slots, self.kv_heads, min(context_length, self.context_length), self.head_dim)
-        self.k_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
-        return 2 * self.k_cache.numel() * self.k_cache.element_size()
-
-    def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor([list(token_ids)], device=self.device)
-        out = self.model(input_ids=ids, use_cache=True)
+    def prefill(self, base: int, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
         n = len(token_ids)
+        ids = torch.tensor([list(token_ids)], device=self.device)
+        past = self._past(torch.tensor([base], device=self.device), start) if start else None
+        out = self.model(
+            input_ids=ids,
+            position_ids=torch.arange(start, start + n, device=self.device)[None],
+            past_key_values=past,
+            use_cache=True,
+        )
         for layer, cached in enumerate(out.past_key_values.layers):
-            self.k_cache[layer, slot, :, :n] = cached.keys[0]
-            self.v_cache[layer, slot, :, :n] = cached.values[0]
+            self.kv.k[layer][:, base + start : base + start + n] = cached.keys[0, :, start:]
+            self.kv.v[layer][:, base + start : base + start + n] = cached.values[0, :, start:]
         logits: torch.Tensor = out.logits[0, -1]
         return logits
 
-    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        from transformers import DynamicCache
-
+    def decode(self, bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         span = int(positions.max())
-        index = torch.as_tensor(slots, device=self.device)
-        cache = DynamicCache()
-        for layer in range(self.layers):
-            cache.update(self.k_cache[layer, index, :, :span], self.v_cache[layer, index, :, :span], layer)
+        rows = torch.as_tensor(bases, device=self.device)
+        cache = self._past(rows, span)
         # Row b holds positions[b] real tokens, right-padded to span; the new token sits at index span.
         mask = torch.arange(span + 1, device=self.device)[None, :] < positions[:, None]
         mask[:, span] = True
@@ -108,8 +110,9 @@ class HfCausalLm(HfGenerativeModel):
             past_key_values=cache,
             use_cache=True,
         )
+        at = rows + positions
         for layer, cached in enumerate(out.past_key_values.layers):
-            self.k_cache[layer, index, :, positions] = cached.keys[:, :, span]
-            self.v_cache[layer, index, :, positions] = cached.values[:, :, span]
+            self.kv.k[layer][:, at] = cached.keys[:, :, span].transpose(0, 1)
+            self.kv.v[layer][:, at] = cached.values[:, :, span].transpose(0, 1)
         logits: torch.Tensor = out.logits[:, -1]
         return logits

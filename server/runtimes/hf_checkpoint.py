@@ -29,7 +29,8 @@ class HfCheckpoint:
         limit: Any = getattr(self.config, "max_position_embeddings", None) or getattr(
             self.config, "n_positions", None
         )
-        self.context_length = min(context_length, int(limit or context_length))
+        # --context-length 0: the model's own (a config that names none: 2,048).
+        self.context_length = min(context_length or int(limit or 2048), int(limit or context_length or 2048))
         self.tokenizer = _load_tokenizer(path)
         self.token_bytes = _token_bytes_table(self.tokenizer, self.vocab_size)
         eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer else self.config.eos_token_id

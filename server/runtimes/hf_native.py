@@ -28,25 +28,21 @@ class LlamaFamilyLm(HfGenerativeModel):
         super().__init__(checkpoint, name=name, max_sequences=max_sequences, device=device, engine=engine)
         self._no_rows = torch.empty(0, dtype=torch.long, device=device)
         self.decoder = LlamaDecoder(checkpoint.path, checkpoint.config, dtype=dtype, device=device)
+        self.kv = self.decoder.kv
 
-    def slot_bytes(self, context_length: int) -> int:
-        return self.decoder.slot_bytes(min(context_length, self.context_length))
-
-    def allocate_cache(self, slots: int, context_length: int) -> int:
-        return self.decoder.allocate(slots, min(context_length, self.context_length))
+    def allocate_cache(self, tokens: int) -> int:
+        return self.decoder.allocate(tokens, self.context_length)
 
     def forward(
-        self, prefills: Sequence[Prefill], slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
-        return self.decoder.forward(prefills, slots, tokens, positions)
+        return self.decoder.forward(prefills, bases, tokens, positions)
 
-    def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
-        return self.decoder.forward([Prefill(slot, token_ids)], [], self._no_rows, self._no_rows)[0]
+    def prefill(self, base: int, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
+        return self.decoder.forward([Prefill(base, token_ids, start)], [], self._no_rows, self._no_rows)[0]
 
-    def prefill_many(self, prompts: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
-        return self.decoder.forward(
-            [Prefill(slot, ids) for slot, ids in prompts], [], self._no_rows, self._no_rows
-        )
+    def prefill_many(self, prompts: Sequence[Prefill]) -> torch.Tensor:
+        return self.decoder.forward(list(prompts), [], self._no_rows, self._no_rows)
 
-    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.decoder.forward([], slots, tokens, positions)
+    def decode(self, bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.decoder.forward([], bases, tokens, positions)

@@ -1,8 +1,8 @@
-"""LlamaDecoder: the Llama-family decoder (Llama, Mistral, Qwen2) run natively over the server's slot cache.
+"""LlamaDecoder: the Llama-family decoder (Llama, Mistral, Qwen2) run natively over the server's KV arena.
 
 It loads the checkpoint's safetensors itself, as TGI and vLLM do, and runs one flat batch per step: every
 prefill chunk's tokens and every decoding row's one token go through the projections and the MLP together
-(no padding), keys and values are written into the preallocated slot cache in place, and attention reads
+(no padding), keys and values are written into the preallocated KV arena in place, and attention reads
 that cache as views (llama_attention.py): no cache is copied or concatenated per step.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from server.kv.tensors import KvTensors
 from server.runtimes.base import Prefill
 from server.runtimes.llama_attention import Heads, StepAttention
 from server.runtimes.llama_graph import compiled
@@ -40,7 +41,7 @@ def unsupported(config: Any, path: Path) -> str | None:
 
 
 class LlamaDecoder:
-    """Weights, rotary tables and the KV cache [layers, slots, kv_heads, context, head_dim] of one model."""
+    """Weights, rotary tables and the KV arena [layers, kv_heads, tokens, head_dim] of one model."""
 
     def __init__(self, path: Path, config: Any, *, dtype: torch.dtype, device: torch.device) -> None:
         self.device, self.dtype = device, dtype
@@ -58,30 +59,24 @@ class LlamaDecoder:
         # Per layer, in llama_graph.LAYER_WEIGHTS order: one list the scripted stack walks.
         self.weights = [_layer(weights, f"{prefix}layers.{i}.") for i in range(int(config.num_hidden_layers))]
         self._inv_freq, self._rope_scale = _rope(config)
-        self.k_cache = torch.empty(0, device=device)
-        self.v_cache = torch.empty(0, device=device)
+        self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
+        self.context_length = 0
         self._cos = self._sin = torch.empty(0, device=device)
 
-    def slot_bytes(self, context_length: int) -> int:
-        """KV-cache bytes one slot of `context_length` tokens takes."""
-        size = torch.empty(0, dtype=self.dtype).element_size()
-        return 2 * len(self.weights) * self.kv_heads * context_length * self.head_dim * size
-
-    def allocate(self, slots: int, context_length: int) -> int:
-        dims = (len(self.weights), slots, self.kv_heads, context_length, self.head_dim)
-        self.k_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.zeros(dims, dtype=self.dtype, device=self.device)
+    def allocate(self, tokens: int, context_length: int) -> int:
+        """The arena of `tokens` tokens, and rotary tables for positions up to `context_length`."""
+        self.context_length = context_length
         positions = torch.arange(context_length, device=self.device, dtype=torch.float32)
         freqs = positions[:, None] * self._inv_freq.to(self.device)[None, :]
         angles = torch.cat([freqs, freqs], dim=-1)
         self._cos = (angles.cos() * self._rope_scale).to(self.dtype)
         self._sin = (angles.sin() * self._rope_scale).to(self.dtype)
-        return 2 * self.k_cache.numel() * self.k_cache.element_size()
+        return self.kv.allocate(tokens)
 
     def forward(
         self,
         prefills: Sequence[Prefill],
-        slots: Sequence[int],
+        bases: Sequence[int],
         tokens: torch.Tensor,
         positions: torch.Tensor,
     ) -> torch.Tensor:
@@ -90,22 +85,22 @@ class LlamaDecoder:
         device = self.device
         ids: list[int] = [t for p in prefills for t in p.token_ids]
         pos: list[int] = []
-        where: list[int] = []
         for p in prefills:
             pos.extend(range(p.start, p.start + len(p.token_ids)))
-            where.extend([p.slot] * len(p.token_ids))
+        where = [p.base + at for p in prefills for at in range(p.start, p.start + len(p.token_ids))]
         flat_ids = torch.cat([torch.tensor(ids, dtype=torch.long, device=device), tokens])
         flat_pos = torch.cat([torch.tensor(pos, dtype=torch.long, device=device), positions])
-        flat_slot = torch.cat(
+        flat_token = torch.cat(
             [
                 torch.tensor(where, dtype=torch.long, device=device),
-                torch.as_tensor(slots, dtype=torch.long, device=device),
+                torch.as_tensor(bases, dtype=torch.long, device=device) + positions,
             ]
         )
-        attention = StepAttention.plan(self.geometry, device, prefills, slots, positions.tolist())
+        arena = self.kv.k.shape[2]
+        attention = StepAttention.plan(self.geometry, device, arena, prefills, bases, positions.tolist())
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
         x = compiled()(
-            self.embed[flat_ids], cos, sin, flat_slot, flat_pos, self.k_cache, self.v_cache, self.weights,
+            self.embed[flat_ids], cos, sin, flat_token, self.kv.k, self.kv.v, self.weights,
             self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(),
         )  # fmt: skip
         last = attention.last_rows()

@@ -1,10 +1,12 @@
-"""StepAttention: one step's attention over the slot cache, planned once per step (run per layer by the
-scripted layer stack, llama_graph.py).
+"""StepAttention: one step's attention over the KV arena, planned once per step (run per layer by the
+scripted attention, llama_graph.py).
 
-Each prefill chunk attends its own slot's cache prefix (causal, offset by the chunk's start). Decoding
-rows attend in groups of similar length, each group over a view of the slot range it occupies, so one long
-sequence does not make every short one attend as far as it does, and no keys or values are gathered.
-Query heads that share a key/value head are folded into the query axis, so no head is repeated either.
+Each prefill chunk attends its own region's prefix (causal, offset by the chunk's start). Decoding rows
+attend in groups: a group is rows whose regions start at equal strides (as sequences admitted together
+are laid out), read as one strided view [rows, kv, span, dim] of the arena, so a batch of similar
+sequences attends in one call and one long sequence does not make every short one attend as far as it
+does. No keys or values are gathered or copied. Query heads that share a key/value head are folded into
+the query axis, so no head is repeated either.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from server.runtimes.base import Prefill
 
-# What one more attention call costs, in (slot, key) pairs attended: about 15 us against 0.04 us per pair
+# What one more attention call costs, in (row, key) pairs attended: about 15 us against 0.04 us per pair
 # of a 6-head, 64-dim model on one CPU thread. Rows whose lengths differ by more than this are split.
 _CALL_COST = 512
 
@@ -38,25 +40,26 @@ class Heads:
 class _Chunk:
     offset: int  # first flat token of the chunk
     n: int
-    slot: int
-    end: int  # keys attended: the slot's first `end` positions
+    base: int  # the region's first arena token
+    end: int  # keys attended: the region's first `end` positions
     mask: torch.Tensor  # [group * n, end]
 
 
 @dataclass(frozen=True, slots=True)
 class _Rows:
-    lo: int
-    hi: int  # the slot range [lo, hi) read as a view
+    lo: int  # the first row's region base
+    stride: int  # tokens between the view's rows
+    count: int  # rows of the view
     span: int  # keys attended
     members: torch.Tensor  # these decoding rows (indices into the step's decode rows)
-    rows: torch.Tensor  # ... and their index within the range
-    mask: torch.Tensor  # [hi - lo, 1, 1, span]
-    direct: bool  # the group is every decoding row, the range exactly, in step order
+    rows: torch.Tensor  # ... and their row within the view
+    mask: torch.Tensor  # [count, 1, 1, span]
+    direct: bool  # the group is every decoding row, the view's rows exactly, in step order
 
 
 class StepAttention:
-    def __init__(self, heads: Heads, device: torch.device) -> None:
-        self.heads, self.device = heads, device
+    def __init__(self, heads: Heads, device: torch.device, tokens: int) -> None:
+        self.heads, self.device, self.tokens = heads, device, tokens
         self.chunks: list[_Chunk] = []
         self.groups: list[_Rows] = []
         self.decode_offset = 0
@@ -65,24 +68,23 @@ class StepAttention:
 
     @classmethod
     def plan(
-        cls, heads: Heads, device: torch.device, prefills: Sequence[Prefill], slots: Sequence[int],
-        positions: Sequence[int],
+        cls, heads: Heads, device: torch.device, tokens: int, prefills: Sequence[Prefill],
+        bases: Sequence[int], positions: Sequence[int],
     ) -> StepAttention:  # fmt: skip
-        self = cls(heads, device)
+        """`tokens`: the arena's size (a strided view never reads past it)."""
+        self = cls(heads, device, tokens)
         offset = 0
         for p in prefills:
             n, end = len(p.token_ids), p.start + len(p.token_ids)
             allowed = self._allowed(torch.arange(p.start, end, device=device), end)
             # Query heads of one key/value head are folded into the query axis: g * n + i.
-            self.chunks.append(_Chunk(offset, n, p.slot, end, allowed.repeat(heads.group, 1)))
+            self.chunks.append(_Chunk(offset, n, p.base, end, allowed.repeat(heads.group, 1)))
             if p.last:
                 self.ends.append(offset + n - 1)
             offset += n
-        self.decode_offset, self.decoding = offset, len(slots)
-        for members in _groups(slots, positions):
-            self.groups.append(
-                self._rows([slots[i] for i in members], [positions[i] for i in members], members)
-            )
+        self.decode_offset, self.decoding = offset, len(bases)
+        for lo, stride, count, members in _groups(bases, positions, tokens):
+            self.groups.append(self._rows(lo, stride, count, bases, positions, members))
         return self
 
     def _allowed(self, query_positions: torch.Tensor, keys: int) -> torch.Tensor:
@@ -92,22 +94,29 @@ class StepAttention:
             allowed &= key > query_positions[:, None] - self.heads.window
         return allowed
 
-    def _rows(self, slots: list[int], positions: list[int], members: list[int]) -> _Rows:
+    def _rows(
+        self, lo: int, stride: int, count: int, bases: Sequence[int], positions: Sequence[int],
+        members: list[int],
+    ) -> _Rows:  # fmt: skip
         device = self.device
-        lo, hi, span = min(slots), max(slots) + 1, max(positions) + 1
-        rows = torch.tensor(slots, dtype=torch.long, device=device) - lo
-        # Rows of the range that do not decode here (paused, prefilling, in another group) see key 0 only:
-        # their output is discarded, and a row with no key at all would be NaN.
-        mask = torch.zeros(hi - lo, span, dtype=torch.bool, device=device)
+        span = max(positions[i] for i in members) + 1
+        rows = torch.tensor([(bases[i] - lo) // stride for i in members], dtype=torch.long, device=device)
+        if len(members) == self.decoding and members == sorted(members) and count == len(members):
+            direct = rows.tolist() == members  # every row, in step order, the view exactly
+        else:
+            direct = False
+        # Rows of the view that do not decode here (paused, prefilling, free memory) see key 0 only: their
+        # output is discarded, and a row with no key at all would be NaN.
+        mask = torch.zeros(count, span, dtype=torch.bool, device=device)
         mask[:, 0] = True
-        mask[rows] = self._allowed(torch.tensor(positions, device=device), span)
+        mask[rows] = self._allowed(torch.tensor([positions[i] for i in members], device=device), span)
         index = torch.tensor(members, dtype=torch.long, device=device)
-        return _Rows(lo, hi, span, index, rows, mask[:, None, None, :], direct=False)
+        return _Rows(lo, stride, count, span, index, rows, mask[:, None, None, :], direct)
 
     def graph_args(self) -> tuple[Any, ...]:
         """The plan as the scripted layer stack (llama_graph.py) takes it: plain lists of ints and tensors."""
-        chunks = [[c.offset, c.n, c.slot, c.end] for c in self.chunks]
-        groups = [[g.lo, g.hi, g.span, int(g.direct)] for g in self.groups]
+        chunks = [[c.offset, c.n, c.base, c.end] for c in self.chunks]
+        groups = [[g.lo, g.stride, g.count, g.span, int(g.direct)] for g in self.groups]
         return (
             chunks, [c.mask for c in self.chunks], self.decode_offset, groups,
             [g.members for g in self.groups], [g.rows for g in self.groups], [g.mask for g in self.groups],
@@ -119,21 +128,28 @@ class StepAttention:
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
 
-def _groups(slots: Sequence[int], positions: Sequence[int]) -> list[list[int]]:
-    """Decoding rows (indices) in groups of similar length: sorted by position, a row joins the group
-    before it unless attending together costs more than a separate call would."""
-    order = sorted(range(len(slots)), key=lambda i: positions[i])
-    groups: list[list[int]] = []
-    bounds: list[tuple[int, int, int]] = []  # (lo, hi, span) per group
+def _groups(
+    bases: Sequence[int], positions: Sequence[int], tokens: int
+) -> list[tuple[int, int, int, list[int]]]:
+    """Decoding rows in groups (lo, stride, rows of the view, members): in arena order, a row joins the
+    group before it where its region starts a whole number of strides on (the first two members set the
+    stride) and attending together costs no more than a separate call would."""
+    order = sorted(range(len(bases)), key=lambda i: bases[i])
+    groups: list[tuple[int, int, int, list[int]]] = []
+    span = 0
     for i in order:
-        lo, hi, span = slots[i], slots[i] + 1, positions[i] + 1
+        base, need = bases[i], positions[i] + 1
         if groups:
-            g_lo, g_hi, g_span = bounds[-1]
-            merged = (max(g_hi, hi) - min(g_lo, lo)) * max(g_span, span)
-            if merged <= (g_hi - g_lo) * g_span + span + _CALL_COST:
-                groups[-1].append(i)
-                bounds[-1] = (min(g_lo, lo), max(g_hi, hi), max(g_span, span))
-                continue
-        groups.append([i])
-        bounds.append((lo, hi, span))
-    return [sorted(g) for g in groups]  # in step order: one group's output then needs no reordering
+            lo, stride, count, members = groups[-1]
+            step = stride or base - lo
+            if step > 0 and (base - lo) % step == 0:
+                rows, wide = (base - lo) // step + 1, max(span, need)
+                fits = lo + (rows - 1) * step + wide <= tokens
+                if fits and rows * wide <= count * span + need + _CALL_COST:
+                    groups[-1] = (lo, step, rows, [*members, i])
+                    span = wide
+                    continue
+        groups.append((base, 0, 1, [i]))
+        span = need
+    # Step order within a group: its output then needs no reordering; a lone row's stride is immaterial.
+    return [(lo, stride or 1, count, sorted(members)) for lo, stride, count, members in groups]

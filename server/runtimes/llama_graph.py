@@ -26,23 +26,25 @@ def _attention(
     v_cache: Tensor,
     kv: int,
     dim: int,
-    chunks: list[list[int]],  # [offset, n, slot, end] per prefill chunk
+    chunks: list[list[int]],  # [offset, n, base, end] per prefill chunk
     chunk_masks: list[Tensor],
     decode_offset: int,
-    groups: list[list[int]],  # [lo, hi, span, direct] per group of decoding rows
+    groups: list[list[int]],  # [lo, stride, count, span, direct] per group of decoding rows
     members: list[Tensor],
     rows: list[Tensor],
     group_masks: list[Tensor],
 ) -> Tensor:
+    # k_cache, v_cache: one layer's arena, [kv, tokens, dim]; a region is a run of its tokens.
     group = q.shape[1] // kv
+    tokens = k_cache.shape[1]
     parts: list[Tensor] = []
     for i in range(len(chunks)):
-        offset, n, slot, end = chunks[i][0], chunks[i][1], chunks[i][2], chunks[i][3]
+        offset, n, base, end = chunks[i][0], chunks[i][1], chunks[i][2], chunks[i][3]
         grouped = q[offset : offset + n].view(n, kv, group, dim).permute(1, 2, 0, 3).reshape(1, kv, -1, dim)
         out = F.scaled_dot_product_attention(
             grouped,
-            k_cache[slot : slot + 1, :, :end],
-            v_cache[slot : slot + 1, :, :end],
+            k_cache[:, base : base + end][None],
+            v_cache[:, base : base + end][None],
             attn_mask=chunk_masks[i],
         )
         parts.append(out.view(kv, group, n, dim).permute(2, 0, 1, 3).reshape(n, -1))
@@ -51,15 +53,18 @@ def _attention(
         count = decoding.shape[0]
         out_rows = q.new_empty(count, kv * group * dim)
         for i in range(len(groups)):
-            lo, hi, span, direct = groups[i][0], groups[i][1], groups[i][2], groups[i][3]
-            if direct == 1:  # the group is the whole slot range, in step order: no scatter, no gather
+            g = groups[i]
+            lo, stride, rows_in_view, span, direct = g[0], g[1], g[2], g[3], g[4]
+            if direct == 1:  # the group is every decoding row, the view's rows, in step order: no scatter
                 grouped = decoding
             else:
-                grouped = decoding.new_zeros(hi - lo, kv, group, dim)
+                grouped = decoding.new_zeros(rows_in_view, kv, group, dim)
                 grouped[rows[i]] = decoding[members[i]]
-            out = F.scaled_dot_product_attention(
-                grouped, k_cache[lo:hi, :, :span], v_cache[lo:hi, :, :span], attn_mask=group_masks[i]
-            )
+            # Row r of the view reads tokens [lo + r * stride, + span) of the arena: zero-copy.
+            size, step = [rows_in_view, kv, span, dim], [stride * dim, tokens * dim, dim, 1]
+            keys = k_cache.as_strided(size, step, k_cache.storage_offset() + lo * dim)
+            values = v_cache.as_strided(size, step, v_cache.storage_offset() + lo * dim)
+            out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=group_masks[i])
             if direct == 1:
                 out_rows = out.reshape(count, -1)
             else:
@@ -72,8 +77,7 @@ def _layers(
     x: Tensor,
     cos: Tensor,
     sin: Tensor,
-    flat_slot: Tensor,
-    flat_pos: Tensor,
+    flat_token: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
     weights: list[list[Tensor]],
@@ -99,8 +103,8 @@ def _layers(
         qk = (
             qk * cos + torch.cat([-qk[:, :, half:], qk[:, :, :half]], dim=-1) * sin
         )  # rotary, q and k at once
-        k_cache[index][flat_slot, :, flat_pos] = qk[:, heads:]
-        v_cache[index][flat_slot, :, flat_pos] = qkv[:, qk_width:].view(total, kv, dim)
+        k_cache[index][:, flat_token] = qk[:, heads:].transpose(0, 1)
+        v_cache[index][:, flat_token] = qkv[:, qk_width:].view(total, kv, dim).transpose(0, 1)
         out = _attention(
             qk[:, :heads], k_cache[index], v_cache[index], kv, dim,
             chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
@@ -114,12 +118,20 @@ def _layers(
 
 def compiled() -> Any:
     """The scripted layer stack (compiled once per process, on first use)."""
-    global _COMPILED
-    if _COMPILED is None:
+    return _scripted(_layers)
+
+
+def attention() -> Any:
+    """The scripted step attention alone, for runtimes whose layers are not Llama's (the byte LM)."""
+    return _scripted(_attention)
+
+
+def _scripted(function: Any) -> Any:
+    if function not in _COMPILED:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            _COMPILED = torch.jit.script(_layers)
-    return _COMPILED
+            _COMPILED[function] = torch.jit.script(function)
+    return _COMPILED[function]
 
 
-_COMPILED: Any = None
+_COMPILED: dict[Any, Any] = {}

@@ -28,8 +28,8 @@ class ModelContext:
 
     device: torch.device
     max_batch_size: int  # items per Infer forward pass
-    context_length: int  # tokens per KV-cache slot
-    max_sequences: int  # KV-cache slots of a generative model
+    context_length: int  # longest sequence of a generative model; 0: the model's own
+    max_sequences: int  # sequences a generative model runs at once
 
 
 @dataclass(frozen=True, slots=True)

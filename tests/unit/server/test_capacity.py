@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from server.config import Settings
-from server.memory.capacity import kv_slots, plan_capacity
+from server.memory.capacity import kv_tokens, plan_capacity
 from server.memory.probes import FakeProbe
 from server.runtimes.mlp import MlpModel
 
@@ -45,18 +45,21 @@ def test_weights_are_reported(tmp_path: Path) -> None:
     assert plan.weights_bytes == params * 4
 
 
-def test_kv_slots_are_what_free_memory_holds_up_to_max_sequences() -> None:
+def test_kv_tokens_are_the_byte_budget_or_the_free_fraction_capped_on_cpu() -> None:
+    from server.memory.capacity import CPU_KV_CACHE_BYTES
     from server.memory.probes import MemoryReading
     from server.runtimes.byte_lm import ByteLm
 
     model = ByteLm(size="tiny", context_length=512, max_sequences=64, device=torch.device("cpu"))
-    per_slot = model.slot_bytes(512)  # 2 (k, v) x 2 layers x 4 heads x 512 x 16 x 4 bytes
-    assert per_slot == 2 * 2 * 4 * 512 * 16 * 4
+    per_token = model.kv_bytes_per_token()  # 2 (k, v) x 2 layers x 4 heads x 16 x 4 bytes
+    assert per_token == 2 * 2 * 4 * 16 * 4
     roomy = MemoryReading(used_bytes=0, reserved_bytes=0, budget_bytes=1 << 40)
-    assert kv_slots(model, Settings(max_sequences=64), 512, roomy)[0] == 64
-    short = MemoryReading(used_bytes=2**20, reserved_bytes=0, budget_bytes=2**20 + 20 * per_slot)
-    slots, why = kv_slots(model, Settings(max_sequences=64, kv_cache_memory=0.5), 512, short)
-    assert slots == 10 and why.startswith("memory: 0.5 x free")
-    full = MemoryReading(used_bytes=2**20, reserved_bytes=0, budget_bytes=2**20)
-    with pytest.raises(ValueError, match="invalid setting context_length"):
-        kv_slots(model, Settings(), 512, full)
+    tokens, why = kv_tokens(model, Settings(), 512, roomy)
+    assert tokens == CPU_KV_CACHE_BYTES // per_token and why.startswith("the CPU default")
+    assert kv_tokens(model, Settings(kv_cache_bytes=per_token * 5000), 512, roomy)[0] == 5000
+    short = MemoryReading(used_bytes=2**20, reserved_bytes=0, budget_bytes=2**20 + 2000 * per_token)
+    tokens, why = kv_tokens(model, Settings(kv_cache_memory=0.5), 512, short)
+    assert tokens == 1000 and why.startswith("0.5 x free")
+    full = MemoryReading(used_bytes=2**20, reserved_bytes=0, budget_bytes=2**20 + 100 * per_token)
+    with pytest.raises(ValueError, match="invalid setting kv_cache_bytes"):
+        kv_tokens(model, Settings(), 512, full)

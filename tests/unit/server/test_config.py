@@ -27,7 +27,7 @@ def test_flags_parse_into_settings() -> None:
         (["--max-batch-size", "0"], "max_batch_size"),
         (["--model-options", "byte-lm.size"], "model_options"),
         (["--memory-probe", "gpu"], "memory_probe"),
-        (["--default-max-tokens", "5000"], "default_max_tokens"),
+        (["--default-max-tokens", "5000", "--context-length", "1024"], "default_max_tokens"),
         (["--hf-models", "nameonly"], "hf_models"),
         (["--switch-interval-ms", "0"], "switch_interval_ms"),
     ],

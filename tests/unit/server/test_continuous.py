@@ -17,24 +17,31 @@ from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, TokenChunk
 from server.errors import InvalidArgument, LimitExceeded
 from server.metrics import Metrics
+from server.runtimes.base import Prefill
 from server.runtimes.byte_lm import ByteLm
 from wire.sampling import Sampling
 
 
 class RecordingLm(ByteLm):
-    """The real model, logging which slots each prefill and decode touched."""
+    """The real model, logging which regions each step's prefills and decode rows touched: a region by the
+    order its base was first seen (the first sequence's is 0), so a freed and reused base keeps its id."""
 
     def __init__(self) -> None:
         super().__init__(size="tiny", context_length=128, max_sequences=4, device=torch.device("cpu"))
         self.calls: list[tuple[str, tuple[int, ...]]] = []
+        self.ids: dict[int, int] = {}
 
-    def prefill(self, slot: int, token_ids: Sequence[int]) -> torch.Tensor:
-        self.calls.append(("prefill", (slot,)))
-        return super().prefill(slot, token_ids)
+    def forward(
+        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        for p in prefills:
+            self.calls.append(("prefill", (self.ids.setdefault(p.base, len(self.ids)),)))
+        if bases:
+            self.calls.append(("decode", tuple(self.ids.setdefault(b, len(self.ids)) for b in bases)))
+        return self.adjust(super().forward(prefills, bases, tokens, positions))
 
-    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        self.calls.append(("decode", tuple(slots)))
-        return super().decode(slots, tokens, positions)
+    def adjust(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
 
 
 @dataclass
@@ -45,11 +52,12 @@ class Harness:
 
     def __post_init__(self) -> None:
         self.worker = ModelWorker("test")
-        self.worker.call(self.model.allocate_cache, 4, 128)
+        self.worker.call(self.model.allocate_cache, 4 * 128)
         self.scheduler = ContinuousScheduler(
             self.model,
             self.worker,
-            max_sequences=4,
+            kv_tokens=4 * 128,
+            prefix_cache=False,
             limits=RequestLimits(context_length=128, default_max_tokens=16),
             stream_buffer=self.buffer,
             stall_timeout_s=self.stall_s,
@@ -109,7 +117,7 @@ def test_sequences_join_and_leave_at_step_boundaries() -> None:
         assert len(both) == 4
         assert all(c == ("decode", (0,)) for c in calls[both[-1] + 1 :])
         await collect(h, a)
-        assert h.scheduler.pool.in_use == 0 and h.scheduler.pool.tokens_in_use == 0
+        assert h.scheduler.memory.holders == 0 and h.scheduler.memory.written == 0
 
     drive(Harness(), body)
 
@@ -119,15 +127,15 @@ def test_cancel_frees_the_slot_before_the_next_step() -> None:
         a = h.submit("cancel me", max_tokens=100)
         keep = h.submit("keep going", max_tokens=60)
         await until(lambda: a.generated >= 3)
-        slot = a.slot
+        slot = h.model.ids[a.base]
         h.scheduler.cancel(a)
         steps_at_cancel = len(h.model.calls)
-        await until(lambda: h.scheduler.pool.in_use == 1)
+        await until(lambda: h.scheduler.memory.holders == 1)
         assert all(slot not in c[1] for c in h.model.calls[steps_at_cancel + 1 :])
         assert a.generated <= 4  # at most the step that was in flight
         final = await collect(h, keep)
         assert final[-1].finish_reason is FinishReason.LENGTH
-        assert h.scheduler.pool.in_use == 0
+        assert h.scheduler.memory.holders == 0
 
     drive(Harness(), body)
 
@@ -141,7 +149,7 @@ def test_slow_consumer_is_paused_then_resumes_without_losing_tokens() -> None:
         # The slow stream's buffer (2 chunks) filled; its sequence was skipped while fast ran on.
         assert slow.generated == 2 and not slow.done and slow.paused_since is not None
         decode_steps = [c for c in h.model.calls if c[0] == "decode"]
-        assert decode_steps[-1][1] == (fast.slot,) if fast.slot is not None else True
+        assert decode_steps[-1][1] == (h.model.ids[fast.base],) if fast.region is not None else True
         slow_chunks = await collect(h, slow)
         assert len(tokens(slow_chunks)) == 30 and slow_chunks[-1].usage is not None
         assert slow_chunks[-1].usage.completion_tokens == 30
@@ -157,7 +165,7 @@ def test_stalled_consumer_is_cancelled_and_its_memory_freed() -> None:
         final = chunks[-1]
         assert final.finish_reason is FinishReason.CANCELLED
         assert final.error is not None and final.error.reason == "STALLED_CONSUMER"
-        await until(lambda: h.scheduler.pool.in_use == 0)
+        await until(lambda: h.scheduler.memory.holders == 0)
 
     drive(Harness(buffer=2, stall_s=0.05), body)
 
@@ -168,11 +176,11 @@ def test_kv_accounting_tracks_every_token() -> None:
         b = h.submit("xy", max_tokens=20, temperature=0.0)
         await until(lambda: a.done)
         # A's slot may already be gone; B's tokens are counted as written to its slot.
-        await until(lambda: h.scheduler.pool.in_use == 1)
-        assert h.scheduler.pool.tokens_in_use == b.position
+        await until(lambda: h.scheduler.memory.holders == 1)
+        assert h.scheduler.memory.written == b.position
         await collect(h, b)
         await collect(h, a)
-        assert h.scheduler.pool.tokens_in_use == 0
+        assert h.scheduler.memory.written == 0
 
     drive(Harness(), body)
 
@@ -204,13 +212,7 @@ def test_requests_that_cannot_fit_are_refused_naming_the_limit() -> None:
 class EagerEosLm(RecordingLm):
     """Prefers the end-of-sequence token above all others: greedy decoding ends at once unless told not to."""
 
-    def prefill_many(self, prompts: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
-        logits = super().prefill_many(prompts)
-        logits[:, self.eos_id] = 1e4
-        return logits
-
-    def decode(self, slots: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        logits = super().decode(slots, tokens, positions)
+    def adjust(self, logits: torch.Tensor) -> torch.Tensor:
         logits[:, self.eos_id] = 1e4
         return logits
 

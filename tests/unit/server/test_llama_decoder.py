@@ -27,10 +27,11 @@ def checkpoint(
     return directory, transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
 
 
-def decoder(directory: Path, slots: int = 8) -> LlamaDecoder:
+def decoder(directory: Path, regions: int = 8) -> LlamaDecoder:
+    """An arena of `regions` regions of 128 tokens (region r starts at token 128 r)."""
     config = transformers.AutoConfig.from_pretrained(directory)
     model = LlamaDecoder(directory, config, dtype=torch.float32, device=torch.device("cpu"))
-    model.allocate(slots, 128)
+    model.allocate(regions * 128, 128)
     return model
 
 
@@ -49,7 +50,7 @@ def test_a_prompt_prefilled_in_chunks_ends_with_transformers_logits(
     bounds = [0, *cuts, len(prompt)]
     with torch.inference_mode():
         for start, end in itertools.pairwise(bounds):
-            chunk = Prefill(2, prompt[start:end], start, end == len(prompt))
+            chunk = Prefill(2 * 128, prompt[start:end], start, end == len(prompt))
             logits = native.forward([chunk], [], NONE, NONE)
             assert len(logits) == (1 if chunk.last else 0)
     torch.testing.assert_close(logits[0], hf_logits(model, prompt)[-1], atol=1e-4, rtol=1e-4)
@@ -65,23 +66,31 @@ def test_rows_far_apart_in_scattered_slots_decode_as_each_alone(
     lengths = {0: 3, 3: 90, 4: 5, 7: 40}  # slot -> prompt length; slots 1, 2, 5, 6 hold nothing
     prompts = {slot: [(slot * 31 + i) % 256 for i in range(n)] for slot, n in lengths.items()}
     with torch.inference_mode():
-        native.forward([Prefill(slot, ids) for slot, ids in prompts.items()], [], NONE, NONE)
-        slots = [7, 0, 3]  # slot 4 pauses this step: in the range, not decoding
+        native.forward([Prefill(128 * slot, ids) for slot, ids in prompts.items()], [], NONE, NONE)
+        slots = [7, 0, 3]  # region 4 pauses this step: in a view, not decoding
         tokens = torch.tensor([11, 12, 13])
         positions = torch.tensor([lengths[s] for s in slots])
-        logits = native.forward([], slots, tokens, positions)
-    groups = llama_attention._groups(slots, positions.tolist())
-    assert len(groups) == (1 if call_cost else 3)
+        bases = [128 * s for s in slots]
+        logits = native.forward([], bases, tokens, positions)
+    groups = llama_attention._groups(bases, positions.tolist(), 8 * 128)
+    # Regions 0 and 3 are one stride apart, 7 is not a whole number of strides on: two views at most.
+    assert len(groups) == (2 if call_cost else 3)
     for row, slot in enumerate(slots):
         expected = hf_logits(model, [*prompts[slot], int(tokens[row])])[-1]
         torch.testing.assert_close(logits[row], expected, atol=1e-4, rtol=1e-4)
 
 
-def test_decode_rows_are_grouped_by_length() -> None:
-    assert llama_attention._groups([0, 1, 2, 3], [100, 110, 105, 120]) == [[0, 1, 2, 3]]
+def test_decode_rows_at_equal_strides_are_one_view_grouped_by_length() -> None:
+    bases = [0, 128, 256, 384]
+    assert llama_attention._groups(bases, [100, 110, 105, 120], 1024) == [(0, 128, 4, [0, 1, 2, 3])]
     # One sequence 2,000 tokens long does not make 24 short ones attend 2,000 keys each.
-    slots, positions = list(range(25)), [100 + i for i in range(24)] + [2000]
-    assert llama_attention._groups(slots, positions) == [list(range(24)), [24]]
+    bases, positions = [128 * i for i in range(25)], [100 + i for i in range(24)] + [2000]
+    assert llama_attention._groups(bases, positions, 8192) == [
+        (0, 128, 24, list(range(24))),
+        (3072, 1, 1, [24]),
+    ]
+    # A view never reads past the arena: the last row's span would.
+    assert len(llama_attention._groups([0, 128], [10, 100], 200)) == 2
 
 
 def test_only_the_llama_family_with_safetensors_runs_natively(tmp_path: Path) -> None:

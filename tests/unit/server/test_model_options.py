@@ -129,9 +129,7 @@ def test_a_plugin_declares_typed_options_and_its_factory_gets_them_not_the_setti
     assert built == [
         (
             DoublerOptions(factor=3.0, rounding="half", verbose=True),
-            ModelContext(
-                device=torch.device("cpu"), max_batch_size=32, context_length=1024, max_sequences=32
-            ),
+            ModelContext(device=torch.device("cpu"), max_batch_size=32, context_length=0, max_sequences=256),
         )
     ]
     with pytest.raises(ValueError, match=r"doubler\.factor takes a number, not 'x'"):

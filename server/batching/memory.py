@@ -1,0 +1,133 @@
+"""KvMemory: the scheduler's KV arena with its prefix cache, and who gets memory when it is short.
+
+A joining sequence reserves its prompt plus max_tokens, exact to the arena's alignment, after taking the
+longest cached prefix of its prompt (copied into its own region before the step: one copy instead of a
+prefill). When no hole holds it, memory is found in this order: evict cached prefixes, least recently
+used first; compact the arena if its free tokens would do; preempt running sequences that admission ranks
+below it (lower priority; among them the latest deadline, then the youngest), whose regions become cached
+prefixes and who rejoin to be recomputed from their prompt and the tokens already sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from server.batching.sequence import GenSequence
+from server.kv.arena import Region, RegionArena, aligned
+from server.kv.prefix import PrefixCache
+from server.metrics import Metrics
+
+
+class KvMemory:
+    def __init__(self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str) -> None:
+        self.arena = RegionArena(tokens)
+        self.prefix = PrefixCache(enabled=prefix_cache)
+        self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order
+        self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
+        self._m = (
+            metrics.prefix_hits.labels(model),
+            metrics.prefix_tokens.labels(model),
+            metrics.prefix_evictions.labels(model),
+            metrics.preemptions.labels(model),
+            metrics.recomputed.labels(model),
+        )
+
+    @property
+    def holders(self) -> int:
+        """Sequences holding a region."""
+        return len(self._holders)
+
+    @property
+    def written(self) -> int:
+        """Tokens running sequences have written."""
+        return sum(r.written for r in self.arena.regions if r.owned)
+
+    def take_moves(self) -> list[tuple[int, int, int]]:
+        moves, self.moves = self.moves, []
+        return moves
+
+    def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
+        """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
+        hit = self.prefix.match(seq.feed, seq.salt)
+        need = len(seq.feed) + seq.params.max_tokens - seq.generated
+        keep = {id(hit.region)} if hit is not None else set()
+        region = self._reserve(need, seq, keep, preempt)
+        if region is None:
+            return False
+        region.tokens = list(seq.feed)
+        self._holders[id(region)] = seq
+        seq.region, seq.prefilled, seq.position = region, 0, 0
+        if seq.produced:  # a preempted sequence resumes: what the cache no longer holds is computed again
+            self._m[4].inc(len(seq.feed) - (hit.tokens if hit is not None else 0))
+        if hit is not None:
+            self.moves.append((hit.region.base, region.base, hit.tokens))
+            hit.region.last_used = time.monotonic()
+            region.written = seq.prefilled = hit.tokens
+            hits, saved = self._m[0], self._m[1]
+            hits.inc()
+            saved.inc(hit.tokens)
+            if not seq.produced:  # what the caller is told; a resumed sequence's reuse is the server's
+                seq.cached_tokens = hit.tokens
+        return True
+
+    def prefilled(self, seq: GenSequence) -> None:
+        """Its feed is in: the prompt's blocks may serve later requests."""
+        if seq.region is not None:
+            seq.region.written = seq.position
+            self.prefix.register(seq.region, seq.salt)
+
+    def wrote(self, seq: GenSequence, token: int) -> None:
+        """A decode step wrote `token` (the sequence's last one) at its position - 1."""
+        region = seq.region
+        if region is not None:
+            region.tokens.append(token)
+            region.written = seq.position
+
+    def release(self, seq: GenSequence) -> None:
+        """The sequence leaves (finished, cancelled or preempted): what it wrote stays as a cached prefix
+        where the cache is on; the rest of its region is free."""
+        region, seq.region = seq.region, None
+        if region is None:
+            return
+        del self._holders[id(region)]
+        if not self.prefix.enabled or region.written == 0:
+            self._free(region)
+            return
+        region.owned = False
+        region.last_used = time.monotonic()
+        self.arena.shrink(region, region.written)
+        self.prefix.register(region, seq.salt)
+
+    def _reserve(
+        self, need: int, seq: GenSequence, keep: set[int], preempt: Callable[[GenSequence], None]
+    ) -> Region | None:
+        while True:
+            region = self.arena.allocate(need)
+            if region is not None:
+                return region
+            cached = [r for r in self.arena.regions if not r.owned and id(r) not in keep]
+            if cached:
+                self._free(min(cached, key=lambda r: r.last_used))
+                self._m[2].inc()
+                continue
+            if self.arena.free_tokens() >= aligned(need) > self.arena.largest_hole():
+                self.moves.extend(self.arena.compact())
+                continue
+            victim = self._victim(seq)
+            if victim is None:
+                return None
+            self._m[3].inc()
+            preempt(victim)  # gives its region up through release(): cached, evictable next round
+
+    def _victim(self, seq: GenSequence) -> GenSequence | None:
+        """The running sequence admission ranks lowest, if `seq` outranks it by priority; only sequences
+        whose feed is in (none is in the middle of this step's prefill)."""
+        candidates: Iterable[GenSequence] = (
+            s for s in self._holders.values() if s.priority < seq.priority and s.prefilled >= len(s.feed)
+        )
+        return min(candidates, key=lambda s: s.rank, default=None)
+
+    def _free(self, region: Region) -> None:
+        self.prefix.forget(region)
+        self.arena.free(region)

@@ -1,0 +1,109 @@
+"""RegionArena: the KV cache's token axis, handed out as exact-fit contiguous regions.
+
+A sequence reserves, at admission, its prompt plus max_tokens rounded up to ALIGN tokens: a region never
+grows, so attention reads each sequence's keys as one zero-copy view. Holes are filled first-fit; when the
+free tokens would hold a request but no hole does, `compact` slides the regions down and returns the
+moves for the model to apply before its next step (docs/kv-cache.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+#: Regions start and end on this many tokens: the prefix cache's block, and what keeps holes reusable.
+ALIGN = 16
+
+
+def aligned(tokens: int) -> int:
+    return -(-tokens // ALIGN) * ALIGN
+
+
+@dataclass(eq=False, slots=True)
+class Region:
+    """Tokens [base, base + size) of the arena; `written` of them hold keys and values."""
+
+    base: int
+    size: int
+    written: int = 0
+    owned: bool = True  # held by a running sequence; False: a cached prefix, evictable
+    last_used: float = 0.0
+    tokens: list[int] = field(default_factory=list)  # the token ids of the written positions (prefix cache)
+    hashes: list[int] = field(default_factory=list)  # the prefix cache's block hashes registered for it
+    salt: str = ""
+
+
+class RegionArena:
+    """First-fit allocation over `capacity` tokens, regions sorted by base."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity - capacity % ALIGN
+        self._regions: list[Region] = []  # sorted by base
+        self._bases: list[int] = []
+
+    @property
+    def regions(self) -> list[Region]:
+        return self._regions
+
+    def allocate(self, tokens: int) -> Region | None:
+        """The lowest hole that holds `tokens` (rounded up to ALIGN), or None."""
+        size = aligned(max(tokens, 1))
+        at = 0
+        for index, region in enumerate(self._regions):
+            if region.base - at >= size:
+                return self._insert(index, Region(at, size))
+            at = region.base + region.size
+        if self.capacity - at >= size:
+            return self._insert(len(self._regions), Region(at, size))
+        return None
+
+    def free(self, region: Region) -> None:
+        index = bisect.bisect_left(self._bases, region.base)
+        assert self._regions[index] is region
+        del self._regions[index], self._bases[index]
+
+    def shrink(self, region: Region, tokens: int) -> None:
+        """Gives back the region's tail beyond `tokens` (a finished sequence keeps what it wrote)."""
+        region.size = min(region.size, aligned(max(tokens, 1)))
+
+    def compact(self) -> list[tuple[int, int, int]]:
+        """Slides every region down to close the holes; returns (source, destination, tokens) moves in the
+        order they must run (ascending, so no move overwrites a region not yet moved)."""
+        moves = []
+        at = 0
+        for index, region in enumerate(self._regions):
+            if region.base != at:
+                moves.append((region.base, at, region.written))
+                region.base = at
+                self._bases[index] = at
+            at += region.size
+        return moves
+
+    # -- accounting --------------------------------------------------------------------------------
+    def reserved(self) -> int:
+        """Tokens held by running sequences."""
+        return sum(r.size for r in self._regions if r.owned)
+
+    def cached(self) -> int:
+        """Tokens held by cached prefixes (evictable)."""
+        return sum(r.size for r in self._regions if not r.owned)
+
+    def free_tokens(self) -> int:
+        return self.capacity - sum(r.size for r in self._regions)
+
+    def largest_hole(self) -> int:
+        at, best = 0, 0
+        for region in self._regions:
+            best = max(best, region.base - at)
+            at = region.base + region.size
+        return max(best, self.capacity - at)
+
+    def fragmentation(self) -> float:
+        """1 - largest hole / free tokens: 0 when the free memory is one hole."""
+        free = self.free_tokens()
+        return 0.0 if free == 0 else 1.0 - self.largest_hole() / free
+
+    def _insert(self, index: int, region: Region) -> Region:
+        self._regions.insert(index, region)
+        self._bases.insert(index, region.base)
+        return region
