@@ -56,12 +56,12 @@ def raw_decode(batch: int, tokens: int, *, context_length: int) -> Run:
     model = ByteLm(
         size="bench", context_length=context_length, max_sequences=batch, device=torch.device("cpu")
     )
-    model.allocate_cache(batch, context_length)
+    model.allocate_cache(batch * context_length)
     prompt = list(PROMPT.encode())
     with torch.inference_mode():
         started = time.perf_counter()
-        logits = torch.stack([model.prefill(slot, prompt) for slot in range(batch)])
-        slots = list(range(batch))
+        slots = [row * context_length for row in range(batch)]  # each stream's region of the arena
+        logits = torch.stack([model.prefill(slot, prompt) for slot in slots])
         positions = torch.full((batch,), len(prompt))
         for _ in range(tokens - 1):
             next_tokens = logits.argmax(dim=-1)
@@ -77,13 +77,14 @@ def step_ms(batch: int, *, context_length: int, steps: int = 30) -> float:
     model = ByteLm(
         size="bench", context_length=context_length, max_sequences=batch, device=torch.device("cpu")
     )
-    model.allocate_cache(batch, context_length)
+    model.allocate_cache(batch * context_length)
     times = []
     with torch.inference_mode():
         tokens, positions = torch.full((batch,), 65), torch.full((batch,), 100)
+        bases = [row * context_length for row in range(batch)]
         for _ in range(steps):
             started = time.perf_counter()
-            model.decode(list(range(batch)), tokens, positions).argmax(dim=-1).tolist()
+            model.decode(bases, tokens, positions).argmax(dim=-1).tolist()
             times.append(time.perf_counter() - started)
     return 1000 * statistics.median(times)
 

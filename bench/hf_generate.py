@@ -165,6 +165,7 @@ async def joining(target: str, streams: int, prompts: int) -> tuple[list[float],
 def profile_steps(directory: Path, batch: int = 32, position: int = 200) -> None:
     from torch.profiler import profile
 
+    from server.runtimes.base import Prefill
     from server.runtimes.hf_causal import HfCausalLm
     from server.runtimes.hf_checkpoint import HfCheckpoint
     from server.runtimes.hf_native import LlamaFamilyLm
@@ -173,15 +174,16 @@ def profile_steps(directory: Path, batch: int = 32, position: int = 200) -> None
     cpu = torch.device("cpu")
     for engine in (HfCausalLm, LlamaFamilyLm):
         model = engine(checkpoint, name=MODEL, max_sequences=batch, device=cpu, dtype=torch.float32)
-        model.allocate_cache(batch, 1024)
+        model.allocate_cache(batch * 1024)
+        bases = [row * 1024 for row in range(batch)]
         with torch.inference_mode():
-            model.prefill_many([(slot, [5] * position) for slot in range(batch)])
+            model.prefill_many([Prefill(base, [5] * position) for base in bases])
             tokens, positions = torch.full((batch,), 7), torch.full((batch,), position)
-            model.decode(list(range(batch)), tokens, positions)
+            model.decode(bases, tokens, positions)
             with profile() as prof:
                 started = time.perf_counter()
                 for _ in range(5):
-                    model.decode(list(range(batch)), tokens, positions)
+                    model.decode(bases, tokens, positions)
                 elapsed = (time.perf_counter() - started) / 5
         total = sum(e.self_cpu_time_total for e in prof.key_averages())
         top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:6]

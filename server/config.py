@@ -125,7 +125,7 @@ class Settings:
         0,
         help="KV cache of each generative model",
         unit="bytes",
-        shown="--kv-cache-memory of the free memory; on CPU at most 64 MiB",
+        shown="--kv-cache-memory of the free memory; on CPU at most 4 GiB",
     )
     kv_cache_memory: float = setting(
         0.9, help="fraction of the memory free at start-up the KV cache may take (see --kv-cache-bytes)"

@@ -75,6 +75,7 @@ function decodeChunk(msg) {
           promptTokens: msg.usage.prompt_tokens,
           completionTokens: msg.usage.completion_tokens,
           totalTokens: msg.usage.total_tokens,
+          cachedTokens: msg.usage.cached_tokens ?? 0,
         }
       : null,
     error: msg.error ? { code: msg.error.code, message: msg.error.message, reason: msg.error.reason || null } : null,

@@ -68,8 +68,9 @@ def plan_capacity(model: TensorModel, settings: Settings, probe: MemoryProbe) ->
     )
 
 
-#: On CPU an automatic KV cache takes at most this: the host probe's free memory is the whole machine's.
-CPU_KV_CACHE_BYTES = 64 * 2**20
+#: On CPU an automatic KV cache takes at most this (vLLM's CPU default, VLLM_CPU_KVCACHE_SPACE): the host
+#: probe's free memory is the whole machine's. Its pages become resident only as tokens are written.
+CPU_KV_CACHE_BYTES = 4 * 2**30
 
 
 def kv_tokens(

@@ -231,6 +231,7 @@ def usage_to_json(usage: pb.Usage) -> dict[str, int]:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
+        "cached_tokens": usage.cached_tokens,
     }
 
 

@@ -28,12 +28,18 @@ def error_event(error: ErrorBody) -> bytes:
     return data_event(openai_error_json(ShimError(error)))
 
 
-def usage_json(usages: Mapping[int, pb.Usage], *, n: int) -> dict[str, int]:
+def usage_json(usages: Mapping[int, pb.Usage], *, n: int) -> dict[str, Any]:
     """Totals over the choices (by choice index): the n choices of one prompt (indices p*n .. p*n+n-1) share
-    its prompt tokens, which count once."""
+    its prompt tokens, which count once, and so their cached tokens (OpenAI's prompt_tokens_details)."""
     completion = sum(u.completion_tokens for u in usages.values())
     prompt = sum(u.prompt_tokens for index, u in usages.items() if index % n == 0)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    cached = sum(u.cached_tokens for index, u in usages.items() if index % n == 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 async def choice_events(

@@ -60,7 +60,10 @@ def test_a_streamed_chat_says_what_the_whole_answer_says(shim: ShimProcess) -> N
     assert chunks[0].choices[0].delta.role == "assistant"
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == whole.choices[0].message.content
-    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    # The same counts; only the cached tokens differ (the stream found what the first call left cached).
+    counts = {"prompt_tokens_details"}
+    assert chunks[-1].usage.model_dump(exclude=counts) == whole.usage.model_dump(exclude=counts)
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == [whole.choices[0].finish_reason]
 
@@ -285,3 +288,19 @@ def test_the_readme_sdk_example_runs_as_written(shim: ShimProcess) -> None:
     streamed, counted = ran.stdout.rstrip("\n").rsplit("\n", 1)
     assert streamed.strip(), ran.stdout
     assert counted == "2 vectors of 384"
+
+
+def test_a_resent_conversation_reports_its_cached_prompt_tokens(shim: ShimProcess) -> None:
+    """Issue 19: the second turn resends the first; the prefix cache held it (usage.prompt_tokens_details)."""
+    sdk = client(shim)
+    system = {"role": "system", "content": "You answer in one short line. " * 4}
+    turn = [system, {"role": "user", "content": "What is a sluice?"}]
+    first = sdk.chat.completions.create(model="byte-lm", messages=turn, max_tokens=8, seed=1)  # type: ignore[arg-type]
+    answer = first.choices[0].message.content or ""
+    again = [*turn, {"role": "assistant", "content": answer}, {"role": "user", "content": "And a weir?"}]
+    second = sdk.chat.completions.create(model="byte-lm", messages=again, max_tokens=8, seed=1)  # type: ignore[arg-type]
+    assert first.usage is not None and second.usage is not None
+    assert first.usage.prompt_tokens_details is not None and second.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached is not None and cached >= first.usage.prompt_tokens - 16, (cached, first.usage)

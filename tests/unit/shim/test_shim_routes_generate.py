@@ -44,7 +44,7 @@ async def test_non_streaming_collects_the_whole_generation(shim: RunningShim, up
         "text": "hel",
         "token_ids": [0, 1, 2],
         "finish_reason": "length",
-        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8, "cached_tokens": 0},
     }
     sent = upstream.servicer.generate_requests[-1]
     assert sent.sampling.max_tokens == 3
@@ -78,7 +78,7 @@ async def test_stream_relays_tokens_then_done(shim: RunningShim) -> None:
             "done",
             {
                 "finish_reason": "length",
-                "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+                "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6, "cached_tokens": 0},
             },
         ),
     ]
