@@ -161,6 +161,13 @@ class Metrics:
             "sluice_recomputed_tokens_total", "Tokens prefilled again to resume preempted sequences.", m,
             registry=r,
         )  # fmt: skip
+        self.step_gap = Histogram(
+            "sluice_step_gap_seconds",
+            "Idle time of the model's thread between a decode step and the next one it was due to run.",
+            m,
+            buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
+            registry=r,
+        )
         self.ttft = Histogram(
             "sluice_time_to_first_token_seconds",
             "Arrival to first token sent.",

@@ -20,22 +20,21 @@ from collections.abc import AsyncIterator, Callable
 
 import torch
 
+from server.batching.delivery import Delivery, finish
+from server.batching.lookahead import Inflight, next_position, pending
 from server.batching.memory import KvMemory
 from server.batching.oom import OomRecovery, out_of_memory
-from server.batching.prefill import PrefillWork, plan_prefill
+from server.batching.prefill import plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
 from server.batching.sequence import GenSequence
-from server.batching.step import StepPlan, run_step
+from server.batching.step import StepChain, StepPlan, run_step
 from server.batching.stream import TokenStream, merge
 from server.batching.text import TextAssembler
 from server.batching.worker import ModelWorker
 from server.domain import (
     FinishReason,
     GenerateSpec,
-    StreamError,
     TokenChunk,
-    TokenLogprob,
-    TokenProbability,
 )
 from server.errors import (
     ModelFailure,
@@ -88,10 +87,12 @@ class ContinuousScheduler:
         self.steps_started = 0
         self.step_s = 0.0  # EWMA of a step's duration: what one more token of a stream costs now
         self.drain_deadline: float | None = None
+        self.gaps: deque[float] = deque(maxlen=4096)  # the model thread's idle time between steps, recent
+        self._last_finished = 0.0
+        self._chain = StepChain(worker.flush)
+        self.delivery = Delivery(model, limits.context_length, metrics)
         self._wake = asyncio.Event()
         self._m_tokens = metrics.tokens.labels(name)
-        self._m_discarded = metrics.tokens_discarded.labels(name)
-        self._m_after_cancel = metrics.tokens_after_cancel.labels(name)
         self._m_active = metrics.sequences.labels(name)
         self._m_paused = metrics.sequences_paused.labels(name)
         self._m_stalled = metrics.stalled.labels(name)
@@ -100,7 +101,7 @@ class ContinuousScheduler:
             for g in (metrics.kv_slots, metrics.kv_tokens, metrics.kv_reserved, metrics.kv_cached,
                       metrics.kv_free, metrics.kv_fragmentation)
         ]  # fmt: skip
-        self._m_ttft = metrics.ttft.labels(name)
+        self._m_gap = metrics.step_gap.labels(name)
         self._m_compute = metrics.compute.labels(name, "Generate", device_label or model.descriptor.device)
         self._m_batch = metrics.batch_size.labels(name, "Generate", device_label or model.descriptor.device)
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
@@ -174,147 +175,131 @@ class ContinuousScheduler:
 
     # -- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
+        """Plans step N+1 and hands it to the model's thread while step N computes (lookahead.py), then
+        delivers N: the model goes from one step to the next without waiting for the event loop."""
+        inflight: Inflight | None = None
         while True:
             self._wake.clear()
             now = time.monotonic()
             if self.drain_deadline is not None and now >= self.drain_deadline:
                 self._end_all(ShuttingDown("the server is shutting down"))
             self._retire()
-            runnable = self._runnable(now)
-            prefilling = [s for s in self.active if s.prefilled < len(s.feed)]
-            if len(self.joining) > 1:
-                self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
-            work = plan_prefill(
-                prefilling, self.joining, self.memory, self.prefill_chunk, decoding=bool(runnable),
-                preempt=self._preempt,
-            )  # fmt: skip
-            runnable = [s for s in runnable if s.region is not None]  # less any just preempted
-            moves = self.memory.take_moves()
-            self._publish_gauges(len(runnable))
-            if not runnable and not work.chunks and not moves:
+            upcoming = self._plan(inflight, now)
+            if inflight is not None:
+                await self._complete(inflight)
+                inflight = upcoming
+            elif upcoming is not None:
+                inflight = upcoming
+            else:
                 timeout = self._next_timer(now)
                 with contextlib.suppress(TimeoutError):
                     # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a shutdown cancel.
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
-                continue
-            await self._step(work, runnable, moves)
 
-    def _runnable(self, now: float) -> list[GenSequence]:
-        runnable = []
+    def _plan(self, inflight: Inflight | None, now: float) -> Inflight | None:
+        """The next step, as the sequences will stand once `inflight` is in; handed to the model's thread."""
+        runnable, rows = self._runnable(inflight, now)
+        prefilling = [s for s in self.active if s.planned < len(s.feed)]
+        if len(self.joining) > 1:
+            self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
+        work = plan_prefill(
+            prefilling, self.joining, self.memory, self.prefill_chunk, decoding=bool(runnable),
+            preempt=self._preempt,
+        )  # fmt: skip
+        kept = [(s, row) for s, row in zip(runnable, rows, strict=True) if s.region is not None]
+        runnable, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
+        moves = self.memory.take_moves()
+        self._publish_gauges(len(runnable))
+        if not runnable and not work.chunks and not moves:
+            return None
+        step = self.steps_started
+        self.steps_started += 1
+        self.active.extend(work.joined)
+        completing = work.completing
+        plan = StepPlan.of(
+            moves, work.prefills(), completing, runnable,
+            generated=[s.generated for s in completing] + [s.generated + (r >= 0) for s, r in kept],
+            positions=[next_position(inflight, s, r) for s, r in kept],
+            prev_rows=rows,
+        )  # fmt: skip
+        future = self.worker.submit_flushing(run_step, self.model, plan, self._chain)
+        batch = completing + runnable
+        return Inflight(step, future, work, [(s, s.epoch) for s in batch], [(s, s.epoch) for s in runnable])
+
+    def _runnable(self, inflight: Inflight | None, now: float) -> tuple[list[GenSequence], list[int]]:
+        """The sequences the next step decodes, and for each the row of the step in flight that computes
+        its input token (-1: its last token is known). One that the step in flight ends for certain
+        (max_tokens, the context) is not among them."""
+        runnable, rows = [], []
         for seq in self.active:
-            if seq.prefilled < len(seq.feed):
+            if seq.planned < len(seq.feed) or seq.done or seq.cancel_step is not None:
                 continue  # its feed is still going in, a chunk per step
-            if seq.stream.has_room():
+            row = pending(inflight, seq)
+            if row < 0 and seq.prefilled < len(seq.feed):
+                continue  # its last chunk is in a step not yet delivered (a preempted row's, say)
+            ahead = 1 if row >= 0 else 0
+            if seq.generated + ahead >= seq.params.max_tokens:
+                continue
+            if next_position(inflight, seq, row) + 1 > self.limits.context_length:
+                continue
+            if seq.stream.has_room(ahead):
                 seq.paused_since = None
                 runnable.append(seq)
+                rows.append(row)
             elif seq.paused_since is None:
                 seq.paused_since = now
             elif now - seq.paused_since > self.stall_timeout_s:
                 self._m_stalled.inc()
-                self._finish(
+                finish(
                     seq,
                     FinishReason.CANCELLED,
                     error=StalledConsumer(
                         f"the consumer read nothing for {self.stall_timeout_s:g}s; the stream was ended"
                     ),
                 )
-        return runnable
+        return runnable, rows
 
-    async def _step(
-        self, work: PrefillWork, runnable: list[GenSequence], moves: list[tuple[int, int, int]]
-    ) -> None:
-        step = self.steps_started
-        self.steps_started += 1
-        completing = work.completing
-        batch = completing + runnable
-        plan = StepPlan.of(moves, work.prefills(), completing, runnable)
-        started = time.monotonic()
-        self.active.extend(work.joined)
+    async def _complete(self, step: Inflight) -> None:
+        """Waits for the step, then commits what it wrote and delivers its tokens."""
         try:
-            result = await self.worker.run(run_step, self.model, plan)
+            result = await step.future
         except Exception as exc:  # the whole step failed: its sequences end with an error, others go on
             error = self._step_error(exc)
-            for seq in [*(seq for seq, _ in work.chunks), *runnable]:
-                self._finish(seq, FinishReason.ERROR, error=error)
+            chunked = [(seq, seq.epoch) for seq, _, _ in step.work.chunks]
+            for seq, epoch in [*chunked, *step.decoding]:
+                if epoch == seq.epoch and not seq.done:
+                    finish(seq, FinishReason.ERROR, error=error)
+            self._last_finished = 0.0
             return
-        took = time.monotonic() - started
+        took = result.finished - result.started
+        if self._last_finished and step.decoding:
+            gap = result.started - self._last_finished
+            self.gaps.append(gap)
+            self._m_gap.observe(gap)
+        self._last_finished = result.finished if step.decoding else 0.0
         self._m_compute.observe(took)
         self.step_s += _STEP_EWMA * (took - self.step_s) if self.step_s else took
-        self._m_batch.observe(len(work.chunks) + len(runnable))
-        tokens = result.tokens
-        self._m_tokens.inc(len(tokens))
-        for seq in work.commit():
+        self._m_batch.observe(len(step.work.chunks) + len(step.decoding))
+        self._m_tokens.inc(len(result.tokens))
+        for seq in step.work.commit():
             self.memory.prefilled(seq)
-        for seq in runnable:
-            seq.position += 1
-            self.memory.wrote(seq, seq.last_token)
-        for row, (seq, token) in enumerate(zip(batch, tokens, strict=True)):
-            self._deliver(seq, token, step, result.logprobs.get(row))
-
-    def _deliver(
-        self, seq: GenSequence, token: int, step: int, logprob: tuple[float, list[tuple[int, float]]] | None
-    ) -> None:
-        if seq.cancel_step is not None or seq.done:
-            # Computed in the step that was in flight when the consumer left; never sent.
-            (
-                self._m_after_cancel
-                if seq.cancel_step is not None and seq.cancel_step < step
-                else self._m_discarded
-            ).inc()
-            return
-        if seq.generated == 0:
-            self._m_ttft.observe(time.monotonic() - seq.arrived)
-        seq.generated += 1
-        seq.last_token = token
-        seq.produced.append(token)
-        logprobs = [self._token_logprob(token, logprob)] if logprob is not None else []
-        if token == self.model.eos_id and not seq.params.ignore_eos:
-            chunk = TokenChunk(text=seq.text.flush(), token_ids=[token], logprobs=logprobs)
-            self._finish(seq, FinishReason.STOP, chunk=chunk)
-            return
-        text, stopped = seq.text.feed(
-            self.model.token_bytes(token), may_stop=seq.generated >= seq.params.min_tokens
-        )
-        chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
-        if stopped:
-            self._finish(seq, FinishReason.STOP, chunk=chunk)
-        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.limits.context_length:
-            chunk.text += seq.text.flush()
-            self._finish(seq, FinishReason.LENGTH, chunk=chunk)
-        else:
-            seq.stream.push(chunk)
-
-    def _token_logprob(self, token: int, logprob: tuple[float, list[tuple[int, float]]]) -> TokenLogprob:
-        chosen, top = logprob
-        token_bytes = self.model.token_bytes
-        return TokenLogprob(
-            TokenProbability(token, token_bytes(token), chosen),
-            tuple(TokenProbability(alt, token_bytes(alt), value) for alt, value in top),
-        )
-
-    def _finish(
-        self,
-        seq: GenSequence,
-        reason: FinishReason,
-        *,
-        chunk: TokenChunk | None = None,
-        error: SluiceError | None = None,
-    ) -> None:
-        final = chunk or TokenChunk()
-        final.finish_reason = reason
-        final.usage = seq.usage()
-        if error is not None:
-            final.error = StreamError(code=error.code, message=error.message, reason=error.reason)
-        seq.stream.finish(final)
-        seq.done = True
+        for seq, epoch in step.decoding:
+            if epoch == seq.epoch:
+                seq.position += 1
+                self.memory.wrote(seq, seq.last_token)
+        for row, ((seq, epoch), token) in enumerate(zip(step.rows, result.tokens, strict=True)):
+            if epoch != seq.epoch:
+                self.delivery.discard(seq, step.step)  # preempted after it was planned: recomputed later
+            else:
+                self.delivery.deliver(seq, token, step.step, result.logprobs.get(row))
 
     def _retire(self) -> None:
         keep = []
         for seq in self.active:
             if seq.done or seq.cancel_step is not None:
                 if not seq.done:
-                    self._finish(seq, FinishReason.CANCELLED)
+                    finish(seq, FinishReason.CANCELLED)
                 self.memory.release(seq)
                 _released(seq)
             else:
@@ -324,7 +309,7 @@ class ContinuousScheduler:
     def _end_all(self, error: SluiceError) -> None:
         for seq in [*self.active, *self.joining]:
             if not seq.done:
-                self._finish(seq, FinishReason.CANCELLED, error=error)
+                finish(seq, FinishReason.CANCELLED, error=error)
         for seq in self.joining:
             _released(seq)
         self.joining.clear()
@@ -343,8 +328,9 @@ class ContinuousScheduler:
         client sees a pause, never a repeat or a gap."""
         self.memory.release(seq)
         self.active.remove(seq)
+        seq.epoch += 1  # a row of it in the step in flight is discarded
         seq.feed = seq.prompt + seq.produced
-        seq.prefilled = seq.position = 0
+        seq.planned = seq.prefilled = seq.position = 0
         seq.paused_since = None
         self.joining.append(seq)
 

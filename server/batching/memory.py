@@ -57,13 +57,13 @@ class KvMemory:
             return False
         region.tokens = list(seq.feed)
         self._holders[id(region)] = seq
-        seq.region, seq.prefilled, seq.position = region, 0, 0
+        seq.region, seq.planned, seq.prefilled, seq.position = region, 0, 0, 0
         if seq.produced:  # a preempted sequence resumes: what the cache no longer holds is computed again
             self._m[4].inc(len(seq.feed) - (hit.tokens if hit is not None else 0))
         if hit is not None:
             self.moves.append((hit.region.base, region.base, hit.tokens))
             hit.region.last_used = time.monotonic()
-            region.written = seq.prefilled = hit.tokens
+            region.written = seq.planned = seq.prefilled = hit.tokens
             hits, saved = self._m[0], self._m[1]
             hits.inc()
             saved.inc(hit.tokens)

@@ -19,34 +19,34 @@ STEP_CHUNKS = 16
 
 @dataclass(slots=True)
 class PrefillWork:
-    """One step's prefill chunks (sequence, token count); `joined` took a region this step."""
+    """One step's prefill chunks (sequence, first feed token, token count); `joined` took a region."""
 
-    chunks: list[tuple[GenSequence, int]] = field(default_factory=list)
+    chunks: list[tuple[GenSequence, int, int]] = field(default_factory=list)
     joined: list[GenSequence] = field(default_factory=list)
 
     @property
     def completing(self) -> list[GenSequence]:
         """The sequences whose feed this step finishes: each gets its next token."""
-        return [seq for seq, n in self.chunks if seq.prefilled + n == len(seq.feed)]
+        return [seq for seq, start, n in self.chunks if start + n == len(seq.feed)]
 
     def prefills(self) -> list[Prefill]:
         """Built once planning is over: a later joiner's compaction may have moved an earlier region."""
         return [
-            Prefill(seq.base, seq.feed[seq.prefilled : seq.prefilled + n], seq.prefilled,
-                    seq.prefilled + n == len(seq.feed))
-            for seq, n in self.chunks
-        ]  # fmt: skip
+            Prefill(seq.base, seq.feed[start : start + n], start, start + n == len(seq.feed))
+            for seq, start, n in self.chunks
+        ]
 
     def add(self, seq: GenSequence, n: int) -> None:
-        assert seq.region is not None and n > 0 and seq.prefilled + n <= len(seq.feed)
-        self.chunks.append((seq, n))
+        assert seq.region is not None and n > 0 and seq.planned + n <= len(seq.feed)
+        self.chunks.append((seq, seq.planned, n))
+        seq.planned += n
 
     def commit(self) -> list[GenSequence]:
         """After the step ran: the chunks are in the cache. Returns the sequences whose feed is now in."""
         done = []
-        for seq, n in self.chunks:
-            seq.prefilled += n
-            if seq.prefilled == len(seq.feed):
+        for seq, start, n in self.chunks:
+            seq.prefilled = max(seq.prefilled, start + n)
+            if start + n == len(seq.feed):
                 seq.position = len(seq.feed)
                 done.append(seq)
         return done
@@ -71,7 +71,7 @@ def plan_prefill(
         while joining and memory.admit(joining[0], preempt):
             seq = joining.popleft()
             work.joined.append(seq)
-            work.add(seq, len(seq.feed) - seq.prefilled)
+            work.add(seq, len(seq.feed) - seq.planned)
         return work
     left = chunk * STEP_CHUNKS
     per_long = chunk if decoding else left
@@ -79,7 +79,7 @@ def plan_prefill(
     for seq in prefilling:
         if left <= 0 or not long_ones:
             return work
-        n = min(per_long, left, len(seq.feed) - seq.prefilled)
+        n = min(per_long, left, len(seq.feed) - seq.planned)
         work.add(seq, n)
         left, long_ones = left - n, long_ones - 1
     while joining and left > 0:
@@ -92,7 +92,7 @@ def plan_prefill(
             break
         joining.popleft()
         work.joined.append(seq)
-        size = len(seq.feed) - seq.prefilled  # what the prefix cache left to compute
+        size = len(seq.feed) - seq.planned  # what the prefix cache left to compute
         if size <= chunk:
             n = min(size, left)
         elif long_ones:

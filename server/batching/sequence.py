@@ -15,8 +15,9 @@ from server.kv.arena import Region
 @dataclass(eq=False, slots=True)
 class GenSequence:
     """One generation's state. `feed` is what goes into its KV region by prefill: the prompt, or after a
-    preemption the prompt and every token already sent. `prefilled` counts the feed tokens written so
-    far (a cached prefix counts at once), `position` the tokens written once the feed is in."""
+    preemption the prompt and every token already sent. `planned` counts the feed tokens handed to the
+    model, `prefilled` those written (a cached prefix counts at once), `position` the tokens written once
+    the feed is in. `epoch` counts preemptions: a row planned before one is discarded."""
 
     prompt: list[int]
     params: SamplingParams
@@ -31,7 +32,9 @@ class GenSequence:
     produced: list[int] = field(default_factory=list)  # the tokens sent, in order
     region: Region | None = None
     position: int = 0
+    planned: int = 0
     prefilled: int = 0
+    epoch: int = 0
     last_token: int = -1
     generated: int = 0
     cached_tokens: int = 0  # prompt tokens the first admission took from the prefix cache

@@ -4,6 +4,9 @@ prompt is complete, in one batched call."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +27,7 @@ class StepPlan:
     prefills: list[Prefill]
     bases: list[int]
     last_tokens: list[int]
+    prev_rows: list[int]  # per decode row: the previous step's output row that is its input, or -1
     positions: list[int]
     params: list[SamplingParams]
     uniforms: np.ndarray
@@ -37,24 +41,40 @@ class StepPlan:
         prefills: list[Prefill],
         completing: list[GenSequence],
         runnable: list[GenSequence],
+        *,
+        generated: list[int],
+        positions: list[int],
+        prev_rows: list[int],
     ) -> StepPlan:
-        """Rows: the sequences whose prompt this step completes (their first token), then the running ones."""
+        """Rows: the sequences whose feed this step completes (their next token), then the running ones.
+        `generated` (per row), `positions` and `prev_rows` (per running row) are what the sequences will
+        have once the step in flight is in (lookahead.py)."""
         batch = completing + runnable
         seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
-        counters = np.fromiter((s.generated for s in batch), dtype=np.int64, count=len(batch))
+        counters = np.asarray(generated, dtype=np.int64)
         return cls(
             moves=moves,
             prefills=prefills,
             bases=[s.base for s in runnable],
             last_tokens=[s.last_token for s in runnable],
-            positions=[s.position for s in runnable],
+            prev_rows=prev_rows,
+            positions=positions,
             params=[s.params for s in batch],
             uniforms=uniforms(seeds, counters),
-            eos_masked=[row for row, s in enumerate(batch) if s.generated < s.params.min_tokens],
+            eos_masked=[row for row, s in enumerate(batch) if generated[row] < s.params.min_tokens],
             logprob_rows=[
                 (row, s.params.logprobs) for row, s in enumerate(batch) if s.params.logprobs is not None
             ],
         )
+
+
+class StepChain:
+    """The model thread's memory of the last step's sampled tokens, which the next step's rows take as
+    input without a trip through the event loop."""
+
+    def __init__(self, flush: Callable[[], None] = lambda: None) -> None:
+        self.tokens: torch.Tensor | None = None
+        self.flush = flush  # the worker's: the previous step's result may go to the loop now
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,30 +84,46 @@ class StepResult:
 
     tokens: list[int]
     logprobs: dict[int, tuple[float, list[tuple[int, float]]]]
+    started: float = 0.0  # perf_counter on the model's thread: the step's compute, and the gap before it
+    finished: float = 0.0
 
 
-def run_step(model: GenerativeModel, plan: StepPlan) -> StepResult:
+def run_step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResult:
     """One iteration's model work, on the model's thread."""
+    started = time.perf_counter()
     try:
-        return _step(model, plan)
+        result = _step(model, plan, chain)
+        return dataclasses.replace(result, started=started, finished=time.perf_counter())
     except torch.OutOfMemoryError:
+        chain.tokens = None
         release_cached_memory()  # here, on the model's thread; the scheduler counts it and trips the breaker
+        raise
+    except Exception:
+        chain.tokens = None  # the next step's rows that wanted this one's tokens are discarded anyway
         raise
 
 
-def _step(model: GenerativeModel, plan: StepPlan) -> StepResult:
+def _inputs(plan: StepPlan, chain: StepChain, device: torch.device) -> torch.Tensor:
+    tokens = torch.tensor(plan.last_tokens, dtype=torch.long, device=device)
+    if chain.tokens is not None and any(row >= 0 for row in plan.prev_rows):
+        rows = torch.tensor(plan.prev_rows, dtype=torch.long, device=device)
+        tokens = torch.where(rows >= 0, chain.tokens[rows.clamp(min=0)], tokens)
+    return tokens
+
+
+def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResult:
     device = model.device
     if plan.moves:
         model.move_kv(plan.moves)
     if not plan.prefills and not plan.bases:
+        chain.tokens = None
         return StepResult([], {})  # a step of moves only
-    logits = model.forward(
-        plan.prefills,
-        plan.bases,
-        torch.tensor(plan.last_tokens, dtype=torch.long, device=device),
-        torch.tensor(plan.positions, dtype=torch.long, device=device),
-    )
+    inputs = _inputs(plan, chain, device)
+    positions = torch.tensor(plan.positions, dtype=torch.long, device=device)
+    chain.flush()  # the previous step's tokens were the last thing it was needed for
+    logits = model.forward(plan.prefills, plan.bases, inputs, positions)
     if not len(logits):
+        chain.tokens = None
         return StepResult([], {})  # only chunks of prompts that do not end yet
     # Log-probabilities of the model's own distribution: before min_tokens' mask and temperature.
     logprobs = (
@@ -104,6 +140,7 @@ def _step(model: GenerativeModel, plan: StepPlan) -> StepResult:
         top_p=torch.tensor([p.top_p for p in plan.params], device=device),
         u=torch.from_numpy(plan.uniforms).to(device),
     )
+    chain.tokens = chosen
     tokens = [int(t) for t in chosen.tolist()]
     return StepResult(tokens, _logprobs(plan, tokens, logprobs) if logprobs is not None else {})
 

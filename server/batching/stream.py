@@ -21,8 +21,9 @@ class TokenStream:
         self._ready = asyncio.Event()
         self._on_drain = on_drain
 
-    def has_room(self) -> bool:
-        return len(self._chunks) < self.capacity
+    def has_room(self, pending: int = 0) -> bool:
+        """Room for one more chunk besides `pending` ones a step in flight will push."""
+        return len(self._chunks) + pending < self.capacity
 
     def push(self, chunk: TokenChunk) -> None:
         self._chunks.append(chunk)

@@ -68,12 +68,13 @@ class RegionArena:
 
     def compact(self) -> list[tuple[int, int, int]]:
         """Slides every region down to close the holes; returns (source, destination, tokens) moves in the
-        order they must run (ascending, so no move overwrites a region not yet moved)."""
+        order they must run (ascending, so no move overwrites a region not yet moved). Whole regions move:
+        the step in flight when they are planned may still write past what the scheduler has seen."""
         moves = []
         at = 0
         for index, region in enumerate(self._regions):
             if region.base != at:
-                moves.append((region.base, at, region.written))
+                moves.append((region.base, at, region.size))
                 region.base = at
                 self._bases[index] = at
             at += region.size

@@ -30,12 +30,13 @@ def discarded(server: ServerProcess) -> float:
 
 
 def assert_stopped(server: ServerProcess, before: tuple[float, float], received: int) -> None:
-    """From the server's side: once the cancellation reached it, at most the decode step already in flight
-    produced a token (discarded, never sent) and no later step computed one; end to end, production stopped
+    """From the server's side: once the cancellation reached it, at most the decode step computing and the one
+    already handed over behind it (the scheduler plans a step ahead, server/batching/lookahead.py) produced a
+    token each (discarded, never sent) and no later step computed one; end to end, production stopped
     a transport's worth of buffered tokens after the last one the client read, far short of max_tokens."""
     settle(server)
     produced = tokens(server) - before[0]
-    assert discarded(server) - before[1] <= 1
+    assert discarded(server) - before[1] <= 2
     assert server.metric("sluice_tokens_after_cancel_total", **MODEL) == 0
     # Between the client and the scheduler sit the client's read buffer, the socket, and for SSE the
     # shim and the gRPC stream window: a few dozen 1 ms steps of the tiny model at most, not ~880.
@@ -86,5 +87,5 @@ def test_a_client_leaving_a_non_streamed_generate_cancels_it(
     settle(server)
     produced = tokens(server) - before[0]
     assert produced < 1000, "the shim computed an answer its client had left"
-    assert discarded(server) - before[1] <= 1
+    assert discarded(server) - before[1] <= 2
     assert server.metric("sluice_tokens_after_cancel_total", **MODEL) == 0

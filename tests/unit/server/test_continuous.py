@@ -131,8 +131,10 @@ def test_cancel_frees_the_slot_before_the_next_step() -> None:
         h.scheduler.cancel(a)
         steps_at_cancel = len(h.model.calls)
         await until(lambda: h.scheduler.memory.holders == 1)
-        assert all(slot not in c[1] for c in h.model.calls[steps_at_cancel + 1 :])
-        assert a.generated <= 4  # at most the step that was in flight
+        # The step computing when it was cancelled and the one already handed over behind it (lookahead.py)
+        # may hold it; no step planned after the cancel does.
+        assert all(slot not in c[1] for c in h.model.calls[steps_at_cancel + 2 :])
+        assert a.generated <= 5
         final = await collect(h, keep)
         assert final[-1].finish_reason is FinishReason.LENGTH
         assert h.scheduler.memory.holders == 0

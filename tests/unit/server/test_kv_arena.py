@@ -38,7 +38,7 @@ def test_compaction_closes_every_hole_and_says_what_to_move() -> None:
     assert arena.largest_hole() == 2 * ALIGN and arena.fragmentation() > 0.5
     assert arena.allocate(3 * ALIGN) is None
     moves = arena.compact()
-    assert moves == [(16, 0, 10), (48, 16, 10), (80, 32, 10)]
+    assert moves == [(16, 0, ALIGN), (48, 16, ALIGN), (80, 32, ALIGN)]
     assert arena.fragmentation() == 0.0 and arena.allocate(5 * ALIGN) is not None
 
 

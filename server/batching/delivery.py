@@ -1,0 +1,80 @@
+"""Delivery: a step's tokens to their sequences' streams, on the event loop - log-probabilities, text
+with stop sequences held back, and how each stream ends (EOS, a stop sequence, max_tokens, an error);
+tokens computed for a sequence that has left are counted, never sent."""
+
+from __future__ import annotations
+
+import time
+
+from server.batching.sequence import GenSequence
+from server.domain import FinishReason, StreamError, TokenChunk, TokenLogprob, TokenProbability
+from server.errors import SluiceError
+from server.metrics import Metrics
+from server.runtimes.base import GenerativeModel
+
+Logprob = tuple[float, list[tuple[int, float]]]
+
+
+class Delivery:
+    def __init__(self, model: GenerativeModel, context_length: int, metrics: Metrics) -> None:
+        self.model, self.context_length = model, context_length
+        name = model.descriptor.name
+        self._m_discarded = metrics.tokens_discarded.labels(name)
+        self._m_after_cancel = metrics.tokens_after_cancel.labels(name)
+        self._m_ttft = metrics.ttft.labels(name)
+
+    def discard(self, seq: GenSequence, step: int) -> None:
+        """A token computed for a sequence that left (or was preempted) after its step was planned."""
+        late = seq.cancel_step is not None and seq.cancel_step < step
+        (self._m_after_cancel if late else self._m_discarded).inc()
+
+    def deliver(self, seq: GenSequence, token: int, step: int, logprob: Logprob | None) -> None:
+        if seq.cancel_step is not None or seq.done:
+            self.discard(seq, step)  # computed in a step planned before the consumer left; never sent
+            return
+        if seq.generated == 0:
+            self._m_ttft.observe(time.monotonic() - seq.arrived)
+        seq.generated += 1
+        seq.last_token = token
+        seq.produced.append(token)
+        logprobs = [self._token_logprob(token, logprob)] if logprob is not None else []
+        if token == self.model.eos_id and not seq.params.ignore_eos:
+            chunk = TokenChunk(text=seq.text.flush(), token_ids=[token], logprobs=logprobs)
+            finish(seq, FinishReason.STOP, chunk=chunk)
+            return
+        text, stopped = seq.text.feed(
+            self.model.token_bytes(token), may_stop=seq.generated >= seq.params.min_tokens
+        )
+        chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
+        if stopped:
+            finish(seq, FinishReason.STOP, chunk=chunk)
+        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.context_length:
+            chunk.text += seq.text.flush()
+            finish(seq, FinishReason.LENGTH, chunk=chunk)
+        else:
+            seq.stream.push(chunk)
+
+    def _token_logprob(self, token: int, logprob: Logprob) -> TokenLogprob:
+        chosen, top = logprob
+        token_bytes = self.model.token_bytes
+        return TokenLogprob(
+            TokenProbability(token, token_bytes(token), chosen),
+            tuple(TokenProbability(alt, token_bytes(alt), value) for alt, value in top),
+        )
+
+
+def finish(
+    seq: GenSequence,
+    reason: FinishReason,
+    *,
+    chunk: TokenChunk | None = None,
+    error: SluiceError | None = None,
+) -> None:
+    """Ends the sequence's stream with its final chunk (usage, and the error where there is one)."""
+    final = chunk or TokenChunk()
+    final.finish_reason = reason
+    final.usage = seq.usage()
+    if error is not None:
+        final.error = StreamError(code=error.code, message=error.message, reason=error.reason)
+    seq.stream.finish(final)
+    seq.done = True
