@@ -203,10 +203,19 @@ class ContinuousScheduler:
         prefilling = [s for s in self.active if s.planned < len(s.feed)]
         if len(self.joining) > 1:
             self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
+        # Prompts of a higher priority than every decoding stream get the whole step (as on an idle model):
+        # a HIGH call is not held to one chunk a step behind LOW streams' tokens.
+        waiting = [*prefilling, *self.joining]
+        top = max((w.priority for w in waiting), default=None)
+        decoding = any(r.priority >= top for r in runnable) if top is not None else bool(runnable)
         work = plan_prefill(
-            prefilling, self.joining, self.memory, self.prefill_chunk, decoding=bool(runnable),
+            prefilling,
+            self.joining,
+            self.memory,
+            self.prefill_chunk,
+            decoding=decoding,
             preempt=self._preempt,
-        )  # fmt: skip
+        )
         kept = [(s, row) for s, row in zip(runnable, rows, strict=True) if s.region is not None]
         runnable, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
         moves = self.memory.take_moves()

@@ -121,10 +121,10 @@ class KvMemory:
             preempt(victim)  # gives its region up through release(): cached, evictable next round
 
     def _victim(self, seq: GenSequence) -> GenSequence | None:
-        """The running sequence admission ranks lowest, if `seq` outranks it by priority; only sequences
-        whose feed is in (none is in the middle of this step's prefill)."""
+        """The running sequence admission ranks lowest, if `seq` outranks it by priority; only one with no
+        prefill chunk in flight or planned this step (decoding, or waiting for its next chunk)."""
         candidates: Iterable[GenSequence] = (
-            s for s in self._holders.values() if s.priority < seq.priority and s.prefilled >= len(s.feed)
+            s for s in self._holders.values() if s.priority < seq.priority and s.planned == s.prefilled
         )
         return min(candidates, key=lambda s: s.rank, default=None)
 

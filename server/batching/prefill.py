@@ -63,9 +63,10 @@ def plan_prefill(
 ) -> PrefillWork:
     """The step's prompt tokens, in rank order. `chunk` None: whole feeds, every joiner memory allows (a
     runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
-    decode, a feed longer than `chunk` goes in `chunk` tokens per step, one such feed at a time, and
-    shorter ones join whole; a step never takes more than STEP_CHUNKS chunks of prompt tokens in all
-    (with nothing decoding, that whole budget may go to one long feed)."""
+    decode, a feed longer than `chunk` goes in `chunk` tokens per step, one such feed at a time (later
+    long ones take their region now and wait their turn), and shorter ones join whole; a step never takes
+    more than STEP_CHUNKS chunks of prompt tokens in all (with nothing decoding, that whole budget may go
+    to one long feed)."""
     work = PrefillWork()
     if chunk is None:
         while joining and memory.admit(joining[0], preempt):
@@ -76,29 +77,34 @@ def plan_prefill(
     left = chunk * STEP_CHUNKS
     per_long = chunk if decoding else left
     long_ones = 1 if decoding else len(joining) + 1
-    for seq in prefilling:
-        if left <= 0 or not long_ones:
-            return work
-        n = min(per_long, left, len(seq.feed) - seq.planned)
-        work.add(seq, n)
-        left, long_ones = left - n, long_ones - 1
-    while joining and left > 0:
-        seq = joining[0]
-        if len(seq.feed) <= chunk and len(seq.feed) > left:
-            break  # a whole short feed waits for the next step's budget
-        if len(seq.feed) > chunk and not long_ones and not memory.prefix.enabled:
-            break  # a long feed waits for the one going in; those behind it keep their turn
-        if not memory.admit(seq, preempt):
+    # In admission's order: a HIGH joiner goes before the rest of a LOW prompt already in a region.
+    order = sorted([*prefilling, *joining], key=lambda s: s.rank, reverse=True)
+    admitting, joined = True, set()
+    for seq in order:
+        if left <= 0:
             break
-        joining.popleft()
-        work.joined.append(seq)
+        if seq.region is None:  # waiting to join
+            short = len(seq.feed) <= chunk
+            if not admitting or (short and len(seq.feed) > left):
+                admitting = False  # those behind it keep their turn
+                continue
+            if not memory.admit(seq, preempt):
+                admitting = False
+                continue
+            work.joined.append(seq)
+            joined.add(id(seq))
         size = len(seq.feed) - seq.planned  # what the prefix cache left to compute
         if size <= chunk:
             n = min(size, left)
         elif long_ones:
             n, long_ones = min(per_long, left, size), long_ones - 1
         else:
-            continue  # it holds its region and goes in a chunk per step from the next one
+            continue  # it holds its region (memory, not the prefill rate, bounds what runs at once) and
+            # goes in a chunk per step once the long feed before it is in
         work.add(seq, n)
         left -= n
+    if joined:
+        kept = [seq for seq in joining if id(seq) not in joined]
+        joining.clear()
+        joining.extend(kept)
     return work

@@ -38,7 +38,8 @@ def test_while_streams_decode_a_long_prompt_goes_in_a_chunk_per_step() -> None:
     pool, queue = memory(8, 4096), waiting(100, 5, 70)
     work = plan([], queue, pool, 32, decoding=True)
     assert [(p.start, len(p.token_ids), p.last) for p in work.prefills()] == [(0, 32, False), (0, 5, True)]
-    assert len(queue) == 1  # the second long prompt waits for the first
+    # The second long prompt holds its region and waits for the first: no chunk of it this step.
+    assert not queue and len(work.joined) == 3 and work.joined[2].planned == 0
     work.commit()
     long_one = work.joined[0]
     steps = 1
