@@ -296,7 +296,8 @@ def preemption(directory: Path, repeats: int, quick: bool) -> None:
         f"\npreemption: {low_n} LOW streams of 200 + {tokens} tokens in a budget of {budget} tokens (half "
         f"of them), then {high_n} HIGH calls at once: TTFT p99 {spread(p99s, 1000)} ms vs the burst on an "
         f"idle server {idle_ttft * 1000:.0f} ms = {statistics.median(p99s) / idle_ttft:.2f}x (target < 3x); "
-        f"every HIGH served: {all(served)}; LOW output as run alone: {all(correct)}; {preempted:.0f} preemptions, {recomputed:.0f} tokens "
+        f"every HIGH served: {all(served)}; LOW output as run alone: {all(correct)}; "
+        f"{preempted:.0f} preemptions, {recomputed:.0f} tokens "
         "recomputed"
     )
 
