@@ -248,6 +248,14 @@ def main() -> None:
                 gaps, ttfts = asyncio.run(joining(server.target, 24, 2))
                 join_p99.append(percentile(gaps, 99))
                 join_ttft.extend(ttfts)
+            gap_s = server.metric("sluice_step_gap_seconds_sum", model=MODEL)
+            gap_n = server.metric("sluice_step_gap_seconds_count", model=MODEL)
+            slow = gap_n - server.metric("sluice_step_gap_seconds_bucket", model=MODEL, le="0.0001")
+    print(
+        f"\nthe model thread's idle time between steps (sluice_step_gap_seconds, every run above): mean "
+        f"{1e3 * gap_s / max(gap_n, 1):.3f} ms over {gap_n:.0f} steps, "
+        f"{100 * slow / max(gap_n, 1):.1f}% of them over 0.1 ms (target: under 0.1 ms)"
+    )
     report(raw, sluice, c_client, join_p99, join_ttft, steps[24])
 
 
