@@ -48,6 +48,7 @@ from server.runtimes.base import GenerativeModel
 
 log = logging.getLogger(__name__)
 _STEP_EWMA = 0.05
+_KV_GAUGES_S = 0.25
 
 
 def _released(seq: GenSequence) -> None:
@@ -90,6 +91,7 @@ class ContinuousScheduler:
         self.gaps: deque[float] = deque(maxlen=4096)  # the model thread's idle time between steps, recent
         self._last_finished = 0.0
         self._chain = StepChain(worker.flush)
+        self._kv_published = 0.0
         self.delivery = Delivery(model, limits.context_length, metrics)
         self._wake = asyncio.Event()
         self._m_tokens = metrics.tokens.labels(name)
@@ -346,6 +348,10 @@ class ContinuousScheduler:
     def _publish_gauges(self, runnable: int) -> None:
         self._m_active.set(len(self.active))
         self._m_paused.set(len(self.active) - runnable)
+        now = time.monotonic()
+        if now < self._kv_published + _KV_GAUGES_S and self.memory.holders:
+            return  # fragmentation walks every region: a few times a second is what a scrape sees anyway
+        self._kv_published = now
         arena = self.memory.arena
         memory = self.memory
         values = (memory.holders, memory.written, arena.reserved(), arena.cached(), arena.free_tokens(),

@@ -11,6 +11,8 @@ prefixes and who rejoin to be recomputed from their prompt and the tokens alread
 from __future__ import annotations
 
 import time
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from server.batching.sequence import GenSequence
@@ -18,13 +20,21 @@ from server.kv.arena import Region, RegionArena, aligned
 from server.kv.prefix import PrefixCache
 from server.metrics import Metrics
 
+#: Cached prefixes kept at most, whatever memory is free: each holds its token ids on the event loop's side
+#: (4 bytes a token) and makes first-fit and eviction scan further.
+MAX_CACHED = 4096
+
 
 class KvMemory:
-    def __init__(self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str) -> None:
+    def __init__(
+        self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str, max_cached: int = MAX_CACHED
+    ) -> None:
         self.arena = RegionArena(tokens)
         self.prefix = PrefixCache(enabled=prefix_cache)
         self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order
         self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
+        self._cached: OrderedDict[int, Region] = OrderedDict()  # id -> cached prefix, least recent first
+        self._max_cached = max_cached
         self._m = (
             metrics.prefix_hits.labels(model),
             metrics.prefix_tokens.labels(model),
@@ -41,7 +51,7 @@ class KvMemory:
     @property
     def written(self) -> int:
         """Tokens running sequences have written."""
-        return sum(r.written for r in self.arena.regions if r.owned)
+        return sum(seq.region.written for seq in self._holders.values() if seq.region is not None)
 
     def take_moves(self) -> list[tuple[int, int, int]]:
         moves, self.moves = self.moves, []
@@ -55,7 +65,7 @@ class KvMemory:
         region = self._reserve(need, seq, keep, preempt)
         if region is None:
             return False
-        region.tokens = list(seq.feed)
+        region.tokens = array("i", seq.feed)
         self._holders[id(region)] = seq
         seq.region, seq.planned, seq.prefilled, seq.position = region, 0, 0, 0
         if seq.produced:  # a preempted sequence resumes: what the cache no longer holds is computed again
@@ -63,6 +73,8 @@ class KvMemory:
         if hit is not None:
             self.moves.append((hit.region.base, region.base, hit.tokens))
             hit.region.last_used = time.monotonic()
+            if id(hit.region) in self._cached:
+                self._cached.move_to_end(id(hit.region))
             region.written = seq.planned = seq.prefilled = hit.tokens
             hits, saved = self._m[0], self._m[1]
             hits.inc()
@@ -94,10 +106,13 @@ class KvMemory:
         if not self.prefix.enabled or region.written == 0:
             self._free(region)
             return
-        region.owned = False
+        self.arena.disown(region)
         region.last_used = time.monotonic()
         self.arena.shrink(region, region.written)
         self.prefix.register(region, seq.salt)
+        self._cached[id(region)] = region
+        while len(self._cached) > self._max_cached:
+            self._evict(set())
 
     def _reserve(
         self, need: int, seq: GenSequence, keep: set[int], preempt: Callable[[GenSequence], None]
@@ -106,10 +121,7 @@ class KvMemory:
             region = self.arena.allocate(need)
             if region is not None:
                 return region
-            cached = [r for r in self.arena.regions if not r.owned and id(r) not in keep]
-            if cached:
-                self._free(min(cached, key=lambda r: r.last_used))
-                self._m[2].inc()
+            if self._evict(keep):
                 continue
             if self.arena.free_tokens() >= aligned(need) > self.arena.largest_hole():
                 self.moves.extend(self.arena.compact())
@@ -127,6 +139,15 @@ class KvMemory:
             s for s in self._holders.values() if s.priority < seq.priority and s.planned == s.prefilled
         )
         return min(candidates, key=lambda s: s.rank, default=None)
+
+    def _evict(self, keep: set[int]) -> bool:
+        """Frees the least recently used cached prefix not in `keep`; False: there is none."""
+        victim = next((key for key in self._cached if key not in keep), None)
+        if victim is None:
+            return False
+        self._free(self._cached.pop(victim))
+        self._m[2].inc()
+        return True
 
     def _free(self, region: Region) -> None:
         self.prefix.forget(region)

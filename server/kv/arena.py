@@ -9,6 +9,7 @@ moves for the model to apply before its next step (docs/kv-cache.md).
 from __future__ import annotations
 
 import bisect
+from array import array
 from dataclasses import dataclass, field
 
 #: Regions start and end on this many tokens: the prefix cache's block, and what keeps holes reusable.
@@ -28,7 +29,7 @@ class Region:
     written: int = 0
     owned: bool = True  # held by a running sequence; False: a cached prefix, evictable
     last_used: float = 0.0
-    tokens: list[int] = field(default_factory=list)  # the token ids of the written positions (prefix cache)
+    tokens: array[int] = field(default_factory=lambda: array("i"))  # ids of the written positions
     hashes: list[int] = field(default_factory=list)  # the prefix cache's block hashes registered for it
     salt: str = ""
 
@@ -40,6 +41,7 @@ class RegionArena:
         self.capacity = capacity - capacity % ALIGN
         self._regions: list[Region] = []  # sorted by base
         self._bases: list[int] = []
+        self._reserved = self._cached = 0  # tokens of owned and of cached regions
 
     @property
     def regions(self) -> list[Region]:
@@ -61,10 +63,19 @@ class RegionArena:
         index = bisect.bisect_left(self._bases, region.base)
         assert self._regions[index] is region
         del self._regions[index], self._bases[index]
+        self._count(region, -1)
+
+    def disown(self, region: Region) -> None:
+        """The region's sequence left; the region stays as a cached prefix."""
+        self._count(region, -1)
+        region.owned = False
+        self._count(region, 1)
 
     def shrink(self, region: Region, tokens: int) -> None:
         """Gives back the region's tail beyond `tokens` (a finished sequence keeps what it wrote)."""
+        self._count(region, -1)
         region.size = min(region.size, aligned(max(tokens, 1)))
+        self._count(region, 1)
 
     def compact(self) -> list[tuple[int, int, int]]:
         """Slides every region down to close the holes; returns (source, destination, tokens) moves in the
@@ -83,14 +94,14 @@ class RegionArena:
     # -- accounting --------------------------------------------------------------------------------
     def reserved(self) -> int:
         """Tokens held by running sequences."""
-        return sum(r.size for r in self._regions if r.owned)
+        return self._reserved
 
     def cached(self) -> int:
         """Tokens held by cached prefixes (evictable)."""
-        return sum(r.size for r in self._regions if not r.owned)
+        return self._cached
 
     def free_tokens(self) -> int:
-        return self.capacity - sum(r.size for r in self._regions)
+        return self.capacity - self._reserved - self._cached
 
     def largest_hole(self) -> int:
         at, best = 0, 0
@@ -107,4 +118,11 @@ class RegionArena:
     def _insert(self, index: int, region: Region) -> Region:
         self._regions.insert(index, region)
         self._bases.insert(index, region.base)
+        self._count(region, 1)
         return region
+
+    def _count(self, region: Region, sign: int) -> None:
+        if region.owned:
+            self._reserved += sign * region.size
+        else:
+            self._cached += sign * region.size

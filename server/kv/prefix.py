@@ -8,6 +8,7 @@ recently used when memory is wanted; running sequences' prompts are found too.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,7 +49,7 @@ class PrefixCache:
                 break
             region = found[0]
             end = (index + 1) * ALIGN
-            if region.salt != salt or region.written < end or region.tokens[:end] != list(tokens[:end]):
+            if region.salt != salt or region.written < end or region.tokens[:end] != array("i", tokens[:end]):
                 break  # a hash collision, or a block not yet written: never a wrong prefix
             best = Hit(region, end)
         return best

@@ -4,6 +4,8 @@ compaction before preemption, and preemption only of lower-priority sequences, l
 
 from __future__ import annotations
 
+from array import array
+
 from server.batching.memory import KvMemory
 from server.batching.sequence import GenSequence
 from server.batching.stream import TokenStream
@@ -47,7 +49,7 @@ def test_a_prefix_hit_is_token_exact_and_scoped_by_salt() -> None:
     tokens = list(range(100))
     region = arena.allocate(120)
     assert region is not None
-    region.tokens, region.written = list(tokens), 100
+    region.tokens, region.written = array("i", tokens), 100
     cache.register(region, "tenant:a")
     hit = cache.match([*tokens[:40], 7, 7], "tenant:a")
     assert hit is not None and hit.region is region and hit.tokens == 32  # two whole blocks
@@ -72,23 +74,30 @@ def sequence(
 
 def running(memory: KvMemory, seq: GenSequence) -> GenSequence:
     assert memory.admit(seq, lambda victim: None)
-    seq.prefilled = seq.position = len(seq.feed)
+    seq.planned = seq.prefilled = seq.position = len(seq.feed)
     memory.prefilled(seq)
     return seq
 
 
 def test_memory_evicts_cached_prefixes_least_recently_used_first() -> None:
     memory = KvMemory(4 * 64, prefix_cache=True, metrics=Metrics(), model="m")
-    old, new = running(memory, sequence(60, 4, at=0.0)), running(memory, sequence(60, 4, at=1.0))
-    memory.release(old)
-    memory.release(new)
+    first, second = running(memory, sequence(60, 4)), running(memory, sequence(60, 4))
+    first_region, second_region = first.region, second.region
+    memory.release(second)  # cached first: the least recently used of the two
+    memory.release(first)
     assert memory.arena.cached() == 128
-    memory.arena.regions[1].last_used = 0.0  # the second region is now the least recently used
-    memory.arena.regions[0].last_used = 5.0
     big = sequence(180, 4)
     big.feed = [9] * 180  # no prefix in common
     assert memory.admit(big, lambda victim: None)
-    assert memory.arena.cached() == 64 and memory.arena.regions[0].last_used == 5.0
+    assert memory.arena.cached() == 64 and first_region in memory.arena.regions
+    assert second_region not in memory.arena.regions
+
+
+def test_cached_prefixes_are_capped_in_number() -> None:
+    memory = KvMemory(64 * 64, prefix_cache=True, metrics=Metrics(), model="m", max_cached=3)
+    for _ in range(5):
+        memory.release(running(memory, sequence(40, 4)))
+    assert memory.arena.cached() == 3 * 48 and len(memory.arena.regions) == 3
 
 
 def test_only_a_higher_priority_call_preempts_and_it_takes_the_lowest_ranked() -> None:
