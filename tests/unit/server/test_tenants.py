@@ -79,3 +79,22 @@ def test_models_are_a_tenants_allow_list(tmp_path: Path) -> None:
 def test_a_mistake_in_the_file_names_the_setting(tmp_path: Path, body: str) -> None:
     with pytest.raises(ValueError, match="invalid setting auth_keys"):
         Keys.load(keys_file(tmp_path, body))
+
+
+def test_each_tenant_has_its_own_prefix_cache_unless_the_file_groups_them(tmp_path: Path) -> None:
+    """Issue 19: the prefix cache's salt is the tenant's, or its `prefix_cache_group`'s."""
+    digest = hashlib.sha256(b"s3cret").hexdigest()
+    entries = "".join(
+        f'[[tenant]]\nname = "{name}"\ntoken_sha256 = "{digest[:-2]}{index:02x}"\n{group}'
+        for index, (name, group) in enumerate(
+            [
+                ("a", ""),
+                ("b", ""),
+                ("c", 'prefix_cache_group = "team"\n'),
+                ("d", 'prefix_cache_group = "team"\n'),
+            ]
+        )
+    )
+    salts = {t.name: t.entry.cache_salt for t in Keys.load(keys_file(tmp_path, entries)).tenants}
+    assert salts["a"] != salts["b"] and salts["c"] == salts["d"] != salts["a"]
+    assert salts["a"] != "group:a"  # a tenant named like a group still sees only its own
