@@ -32,11 +32,12 @@ lint: $(STAMP)
 	.venv/bin/mypy
 
 # The admission, cancellation and deadline suites run a second time against two front-end processes
-# (docs/frontends.md): every server those tests start takes `--frontends 2`.
+# (docs/frontends.md): every server those tests start takes `--frontends 2`; tests marked one_frontend
+# (no server, or engine-only checks) are left out of that run.
 FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_cancellation.py \
 	tests/integration/test_hostile_peers.py tests/integration/test_hostile_input.py \
 	tests/integration/test_lifecycle.py tests/integration/test_auth.py tests/integration/test_request_budget.py
 
 test: $(STAMP) proto-check lint
 	$(PY) -m pytest
-	SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider $(FRONTEND_SUITES)
+	SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider -m "not one_frontend" $(FRONTEND_SUITES)

@@ -618,6 +618,7 @@ def test_high_priority_overtakes_queued_low_priority_without_starving_it(
 # --- bad settings ------------------------------------------------------------------------------------
 
 
+@pytest.mark.one_frontend  # refused while parsing settings, before any front end starts
 @pytest.mark.parametrize(
     ("flags", "setting"),
     [

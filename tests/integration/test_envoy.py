@@ -28,7 +28,7 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from clients import SluiceClient, SluiceError
 from tests.support.h2peer import H2Peer
-from tests.support.processes import ROOT, Process, ServerProcess, start_server, wait_until
+from tests.support.processes import ROOT, Process, ServerProcess, start_servers, wait_until
 
 CONFIG = ROOT / "deploy" / "envoy" / "envoy.yaml"
 ENVOY = shutil.which("envoy", path=str(ROOT / ".venv" / "bin")) or shutil.which("envoy")
@@ -90,12 +90,15 @@ class Envoy:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-@pytest.fixture
-def stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
+def _stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
     # A stream left unread holds a draining replica in its grace period (no stall cut within the test).
-    flags = ("--models", "mlp,byte-lm", "--grace-s", "30", "--stall-timeout-s", "60")
-    servers = [start_server(*flags) for _ in range(3)]
-    envoy = Envoy(servers)
+    servers = start_servers(3, "--models", "mlp,byte-lm", "--grace-s", "30", "--stall-timeout-s", "60")
+    try:
+        envoy = Envoy(servers)
+    except BaseException:
+        for server in servers:
+            server.terminate()
+        raise
     try:
         wait_until(lambda: envoy.healthy() == 3, what="every replica healthy in envoy")
         yield servers, envoy
@@ -103,6 +106,18 @@ def stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
         envoy.stop()
         for server in servers:
             server.terminate()
+
+
+@pytest.fixture
+def stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
+    """Replicas and an Envoy of its own, for a test that kills, drains or restarts a replica."""
+    yield from _stack()
+
+
+@pytest.fixture(scope="module")
+def steady_stack() -> Iterator[tuple[list[ServerProcess], Envoy]]:
+    """One stack shared by the tests that leave every replica serving; they count by differences."""
+    yield from _stack()
 
 
 def infer(stub: pb_grpc.InferenceServiceStub) -> pb.InferResponse:
@@ -114,50 +129,6 @@ def infer(stub: pb_grpc.InferenceServiceStub) -> pb.InferResponse:
 
 def admitted(server: ServerProcess) -> float:
     return server.metric("sluice_requests_admitted_total", model="mlp", method="Infer")
-
-
-def test_envoy_balances_calls_and_passes_streams(stack: tuple[list[ServerProcess], Envoy]) -> None:
-    servers, envoy = stack
-    with grpc.insecure_channel(envoy.target) as channel:
-        stub = pb_grpc.InferenceServiceStub(channel)
-        for _ in range(40):
-            assert len(infer(stub).outputs[0].raw_contents) == 512 * 4
-        request = pb.GenerateRequest(
-            model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=64, ignore_eos=True)
-        )
-        replies = list(stub.Generate(request, timeout=60))
-    assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH
-    assert sum(len(r.text) for r in replies) > 0
-    counts = [admitted(s) for s in servers]
-    assert min(counts) >= 5, counts
-
-
-def test_600_calls_spread_within_20_percent_and_grpcurl_works(
-    stack: tuple[list[ServerProcess], Envoy],
-) -> None:
-    servers, envoy = stack
-    before = [admitted(s) for s in servers]
-    with SluiceClient(envoy.target, timeout=30) as client:
-        for _ in range(600):
-            client.infer("mlp", {"x": np.ones(512, np.float32)})
-    counts = [admitted(s) - b for s, b in zip(servers, before, strict=True)]
-    assert sum(counts) == 600 and max(counts) <= 1.2 * min(counts), counts
-    body = {"model": "mlp", "inputs": [{"name": "x", "dtype": "DATA_TYPE_FLOAT32", "shape": [512],
-                                        "contents": {"fp32Contents": [0.5] * 512}}]}  # fmt: skip
-    for args in (["list"], ["-d", json.dumps(body), "sluice.inference.v1.InferenceService/Infer"]):
-        out = subprocess.run([GRPCURL, "-plaintext", "-max-time", "30", *args[:-1], envoy.target, args[-1]],
-                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-        assert out.returncode == 0, out.stderr
-    assert (
-        "sluice.inference.v1.InferenceService"
-        in subprocess.run(
-            [GRPCURL, "-plaintext", envoy.target, "list"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        ).stdout
-    )
 
 
 def test_a_killed_replica_loses_no_call_through_envoy(stack: tuple[list[ServerProcess], Envoy]) -> None:
@@ -213,15 +184,6 @@ def test_a_draining_replica_leaves_envoys_rotation(stack: tuple[list[ServerProce
         peer.close()
 
 
-def test_a_refusal_passes_with_sluices_details(stack: tuple[list[ServerProcess], Envoy]) -> None:
-    _, envoy = stack
-    with grpc.insecure_channel(envoy.target) as channel, pytest.raises(grpc.RpcError) as refused:
-        pb_grpc.InferenceServiceStub(channel).Infer(pb.InferRequest(model="nope"), timeout=10)
-    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
-    trailers = dict(refused.value.trailing_metadata() or ())
-    assert "grpc-status-details-bin" in trailers
-
-
 def _end_of(stream: Any) -> grpc.StatusCode:
     try:
         for _ in stream:
@@ -272,8 +234,63 @@ def test_a_killed_replicas_streams_end_at_once_and_a_rolling_restart_fails_none(
     assert restarted.proc.wait(timeout=60) == 0
 
 
-def test_a_replica_held_full_is_skipped_by_envoy(stack: tuple[list[ServerProcess], Envoy]) -> None:
-    servers, envoy = stack
+def test_envoy_balances_calls_and_passes_streams(steady_stack: tuple[list[ServerProcess], Envoy]) -> None:
+    servers, envoy = steady_stack
+    before = [admitted(s) for s in servers]
+    with grpc.insecure_channel(envoy.target) as channel:
+        stub = pb_grpc.InferenceServiceStub(channel)
+        for _ in range(40):
+            assert len(infer(stub).outputs[0].raw_contents) == 512 * 4
+        request = pb.GenerateRequest(
+            model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=64, ignore_eos=True)
+        )
+        replies = list(stub.Generate(request, timeout=60))
+    assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH
+    assert sum(len(r.text) for r in replies) > 0
+    counts = [admitted(s) - b for s, b in zip(servers, before, strict=True)]
+    assert min(counts) >= 5, counts
+
+
+def test_600_calls_spread_within_20_percent_and_grpcurl_works(
+    steady_stack: tuple[list[ServerProcess], Envoy],
+) -> None:
+    servers, envoy = steady_stack
+    before = [admitted(s) for s in servers]
+    with SluiceClient(envoy.target, timeout=30) as client:
+        for _ in range(600):
+            client.infer("mlp", {"x": np.ones(512, np.float32)})
+    counts = [admitted(s) - b for s, b in zip(servers, before, strict=True)]
+    assert sum(counts) == 600 and max(counts) <= 1.2 * min(counts), counts
+    body = {"model": "mlp", "inputs": [{"name": "x", "dtype": "DATA_TYPE_FLOAT32", "shape": [512],
+                                        "contents": {"fp32Contents": [0.5] * 512}}]}  # fmt: skip
+    for args in (["list"], ["-d", json.dumps(body), "sluice.inference.v1.InferenceService/Infer"]):
+        out = subprocess.run([GRPCURL, "-plaintext", "-max-time", "30", *args[:-1], envoy.target, args[-1]],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    assert (
+        "sluice.inference.v1.InferenceService"
+        in subprocess.run(
+            [GRPCURL, "-plaintext", envoy.target, "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
+    )
+
+
+def test_a_refusal_passes_with_sluices_details(steady_stack: tuple[list[ServerProcess], Envoy]) -> None:
+    _, envoy = steady_stack
+    with grpc.insecure_channel(envoy.target) as channel, pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.InferenceServiceStub(channel).Infer(pb.InferRequest(model="nope"), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    trailers = dict(refused.value.trailing_metadata() or ())
+    assert "grpc-status-details-bin" in trailers
+
+
+def test_a_replica_held_full_is_skipped_by_envoy(steady_stack: tuple[list[ServerProcess], Envoy]) -> None:
+    """The last steady test: afterwards the full replica stays out of the rotation until a check passes."""
+    servers, envoy = steady_stack
     full = servers[0]
     generate = pb.GenerateRequest(
         model="byte-lm", text="hold", sampling=pb.SamplingParams(max_tokens=900, ignore_eos=True)

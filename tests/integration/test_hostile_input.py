@@ -172,6 +172,7 @@ def capacity_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     assert server.terminate() == 0, server.diagnostics()
 
 
+@pytest.mark.one_frontend  # the engine's capacity plan, read from its metrics
 def test_each_tensor_model_gets_the_capacity_measured_for_it(capacity_server: ServerProcess) -> None:
     def slots(model: str) -> float:
         return capacity_server.metric("sluice_admission_slots", model=model, method="Infer")

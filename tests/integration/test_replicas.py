@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from clients import SluiceClient, SluiceError
-from tests.support.processes import ServerProcess, start_server, start_shim, wait_until
+from tests.support.processes import ServerProcess, start_servers, start_shim, wait_until
 
 X = {"x": np.ones(512, np.float32)}
 
@@ -23,25 +23,29 @@ def admitted(server: ServerProcess) -> float:
     return server.metric("sluice_requests_admitted_total", model="mlp", method="Infer")
 
 
+def _replicas() -> Iterator[list[ServerProcess]]:
+    servers = start_servers(2, "--models", "mlp,byte-lm", "--grace-s", "30")
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.terminate()
+
+
 @pytest.fixture
 def replicas() -> Iterator[list[ServerProcess]]:
-    servers = [start_server("--models", "mlp,byte-lm", "--grace-s", "30") for _ in range(2)]
-    yield servers
-    for server in servers:
-        server.terminate()
+    """Two replicas of its own, for a test that drains, kills or freezes one."""
+    yield from _replicas()
+
+
+@pytest.fixture(scope="module")
+def steady_replicas() -> Iterator[list[ServerProcess]]:
+    """Two replicas shared by the tests that leave both serving; they count by differences."""
+    yield from _replicas()
 
 
 def both(servers: list[ServerProcess]) -> str:
     return ",".join(server.target for server in servers)
-
-
-def test_calls_are_balanced_over_the_replicas(replicas: list[ServerProcess]) -> None:
-    with SluiceClient(both(replicas), timeout=30) as client:
-        wait_until(lambda: all(_healthy(client, s) for s in replicas), what="both replicas connected")
-        for _ in range(40):
-            client.infer("mlp", X)
-    counts = [admitted(server) for server in replicas]
-    assert sum(counts) >= 40 and min(counts) >= 10, counts  # round_robin: about 20 each
 
 
 def in_flight(server: ServerProcess) -> float:
@@ -90,21 +94,6 @@ def test_a_replica_killed_mid_stream_ends_the_stream_and_calls_go_on(replicas: l
             client.infer("mlp", X)
 
 
-def test_the_shim_balances_over_replicas(replicas: list[ServerProcess]) -> None:
-    shim = start_shim(both(replicas))
-    try:
-        body = {
-            "model": "mlp",
-            "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}],
-        }
-        for _ in range(40):
-            assert httpx.post(f"{shim.url}/v1/infer", json=body, timeout=30).status_code == 200
-    finally:
-        shim.terminate()
-    counts = [admitted(server) for server in replicas]
-    assert min(counts) >= 10, counts
-
-
 def test_a_replica_that_stops_answering_ends_its_stream_within_the_keepalive(
     replicas: list[ServerProcess],
 ) -> None:
@@ -128,3 +117,31 @@ def test_a_replica_that_stops_answering_ends_its_stream_within_the_keepalive(
             frozen.proc.send_signal(signal.SIGCONT)
     assert ended.value.code == grpc.StatusCode.UNAVAILABLE
     assert waited < 20, waited
+
+
+def test_calls_are_balanced_over_the_replicas(steady_replicas: list[ServerProcess]) -> None:
+    replicas = steady_replicas
+    before = [admitted(server) for server in replicas]
+    with SluiceClient(both(replicas), timeout=30) as client:
+        wait_until(lambda: all(_healthy(client, s) for s in replicas), what="both replicas connected")
+        for _ in range(40):
+            client.infer("mlp", X)
+    counts = [admitted(server) - b for server, b in zip(replicas, before, strict=True)]
+    assert sum(counts) >= 40 and min(counts) >= 10, counts  # round_robin: about 20 each
+
+
+def test_the_shim_balances_over_replicas(steady_replicas: list[ServerProcess]) -> None:
+    replicas = steady_replicas
+    before = [admitted(server) for server in replicas]
+    shim = start_shim(both(replicas))
+    try:
+        body = {
+            "model": "mlp",
+            "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}],
+        }
+        for _ in range(40):
+            assert httpx.post(f"{shim.url}/v1/infer", json=body, timeout=30).status_code == 200
+    finally:
+        shim.terminate()
+    counts = [admitted(server) - b for server, b in zip(replicas, before, strict=True)]
+    assert min(counts) >= 10, counts

@@ -15,23 +15,39 @@ import httpx
 import pytest
 
 from tests.integration.test_admission import request, slow
-from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
+from tests.support.processes import ServerProcess, ShimProcess, start_servers, start_shim, wait_until
 
 INFER = {"model": "mlp", "inputs": [{"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}]}
 FLAGS = ("--plugins", "tests.support.faulty_models", "--models", "mlp,faulty,byte-lm", "--grace-s", "30",
          "--max-concurrency", "16", "--max-queue", "64", "--probe-interval-s", "0.02")  # fmt: skip
 
 
-@pytest.fixture
-def fleet() -> Iterator[tuple[list[ServerProcess], ShimProcess]]:
-    servers = [start_server(*FLAGS) for _ in range(3)]
-    shim = start_shim(",".join(s.target for s in servers))
+def _fleet() -> Iterator[tuple[list[ServerProcess], ShimProcess]]:
+    servers = start_servers(3, *FLAGS)
+    try:
+        shim = start_shim(",".join(s.target for s in servers))
+    except BaseException:
+        for server in servers:
+            server.terminate()
+        raise
     try:
         yield servers, shim
     finally:
         shim.terminate()
         for server in servers:
             server.terminate()
+
+
+@pytest.fixture
+def fleet() -> Iterator[tuple[list[ServerProcess], ShimProcess]]:
+    """A fleet of its own, for a test that kills or stops a replica."""
+    yield from _fleet()
+
+
+@pytest.fixture(scope="module")
+def steady_fleet() -> Iterator[tuple[list[ServerProcess], ShimProcess]]:
+    """One fleet shared by the tests that leave every replica running; they count by differences."""
+    yield from _fleet()
 
 
 def admitted(server: ServerProcess) -> float:
@@ -56,15 +72,6 @@ def run_load(url: str, callers: int) -> tuple[threading.Event, list[list[int]], 
     thread = threading.Thread(target=lambda: out.append(asyncio.run(load(url, callers, stop))))
     thread.start()
     return stop, out, thread
-
-
-def test_calls_spread_within_20_percent(fleet: tuple[list[ServerProcess], ShimProcess]) -> None:
-    servers, shim = fleet
-    with httpx.Client(base_url=shim.url, timeout=30) as client:
-        for _ in range(600):
-            assert client.post("/v1/infer", json=INFER).status_code == 200
-    counts = [admitted(s) for s in servers]
-    assert sum(counts) == 600 and max(counts) <= 1.2 * min(counts), counts
 
 
 def test_a_killed_replica_loses_no_call_and_ends_its_streams(
@@ -138,11 +145,21 @@ def test_a_rolling_restart_fails_nothing_started_before_it(
     assert statuses and set(statuses) == {200}, {c: statuses.count(c) for c in set(statuses)}
 
 
-def test_a_replica_held_full_is_skipped(fleet: tuple[list[ServerProcess], ShimProcess]) -> None:
+def test_calls_spread_within_20_percent(steady_fleet: tuple[list[ServerProcess], ShimProcess]) -> None:
+    servers, shim = steady_fleet
+    before = [admitted(s) for s in servers]
+    with httpx.Client(base_url=shim.url, timeout=30) as client:
+        for _ in range(600):
+            assert client.post("/v1/infer", json=INFER).status_code == 200
+    counts = [admitted(s) - b for s, b in zip(servers, before, strict=True)]
+    assert sum(counts) == 600 and max(counts) <= 1.2 * min(counts), counts
+
+
+def test_a_replica_held_full_is_skipped(steady_fleet: tuple[list[ServerProcess], ShimProcess]) -> None:
     import grpc
     from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-    servers, shim = fleet
+    servers, shim = steady_fleet
     full = servers[0]
     with grpc.insecure_channel(full.target) as channel:  # 16 slots + 64 waiting: every place taken
         stub = pb_grpc.InferenceServiceStub(channel)

@@ -24,6 +24,7 @@ __all__ = [
     "ShimProcess",
     "spawn",
     "start_server",
+    "start_servers",
     "start_shim",
     "wait_until",
 ]
@@ -84,17 +85,37 @@ def _entry(module: str, fd_limit: int | None) -> list[str]:
 FRONTENDS = os.environ.get("SLUICE_TEST_FRONTENDS")
 
 
-def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = None) -> ServerProcess:
-    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE;
-    with SLUICE_TEST_FRONTENDS=N set, behind N front ends (docs/frontends.md)."""
+def _spawn_server(flags: tuple[str, ...], fd_limit: int | None) -> ServerProcess:
     base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
     if FRONTENDS and "--frontends" not in flags:
         base += ["--frontends", FRONTENDS]
-    server = ServerProcess([*base, *flags], entry=_entry("server", fd_limit), **_options("server"))
+    return ServerProcess([*base, *flags], entry=_entry("server", fd_limit), **_options("server"))
+
+
+def _await_server(server: ServerProcess, wait_ready: bool) -> ServerProcess:
     server.wait_listening(START_TIMEOUT_S, rescan=True)
     if wait_ready:
         server.wait_ready(START_TIMEOUT_S, rescan=True)
     return server
+
+
+def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = None) -> ServerProcess:
+    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE;
+    with SLUICE_TEST_FRONTENDS=N set, behind N front ends (docs/frontends.md)."""
+    return _await_server(_spawn_server(flags, fd_limit), wait_ready)
+
+
+def start_servers(count: int, *flags: str) -> list[ServerProcess]:
+    """`count` replicas of `start_server(*flags)`, started side by side: most of a start is importing
+    torch on one core, so the replicas of a fleet overlap instead of queueing. All are ready on return;
+    if one fails to start, the ones already spawned are stopped."""
+    servers = [_spawn_server(flags, None) for _ in range(count)]
+    try:
+        return [_await_server(server, True) for server in servers]
+    except BaseException:
+        for server in servers:
+            server.terminate()
+        raise
 
 
 class ShimProcess(ShimChild, Process):
