@@ -101,9 +101,10 @@ class ContinuousScheduler:
         self._m_kv = [
             g.labels(name)
             for g in (metrics.kv_slots, metrics.kv_tokens, metrics.kv_reserved, metrics.kv_cached,
-                      metrics.kv_free, metrics.kv_fragmentation)
+                      metrics.kv_free)
         ]  # fmt: skip
         self._m_gap = metrics.step_gap.labels(name)
+        self._m_fragmentation = metrics.kv_fragmentation.labels(name)
         self._m_compute = metrics.compute.labels(name, "Generate", device_label or model.descriptor.device)
         self._m_batch = metrics.batch_size.labels(name, "Generate", device_label or model.descriptor.device)
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
@@ -348,16 +349,15 @@ class ContinuousScheduler:
     def _publish_gauges(self, runnable: int) -> None:
         self._m_active.set(len(self.active))
         self._m_paused.set(len(self.active) - runnable)
-        now = time.monotonic()
-        if now < self._kv_published + _KV_GAUGES_S and self.memory.holders:
-            return  # fragmentation walks every region: a few times a second is what a scrape sees anyway
-        self._kv_published = now
-        arena = self.memory.arena
-        memory = self.memory
-        values = (memory.holders, memory.written, arena.reserved(), arena.cached(), arena.free_tokens(),
-                  arena.fragmentation())  # fmt: skip
+        memory, arena = self.memory, self.memory.arena
+        values = (memory.holders, memory.written, arena.reserved(), arena.cached(), arena.free_tokens())
         for gauge, value in zip(self._m_kv, values, strict=True):
             gauge.set(value)
+        now = time.monotonic()
+        if now >= self._kv_published + _KV_GAUGES_S or not memory.holders:
+            # It walks every region: a few times a second is what a scrape sees anyway.
+            self._kv_published = now
+            self._m_fragmentation.set(arena.fragmentation())
 
     def _step_error(self, exc: Exception) -> SluiceError:
         if isinstance(exc, torch.OutOfMemoryError):  # the worker gave the cached memory back already
