@@ -9,17 +9,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_GOLDEN, _MIX1, _MIX2 = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xBF58476D1CE4E5B9),
+    np.uint64(0x94D049BB133111EB),
+)
+_ONE, _S11, _S27, _S30, _S31 = (np.uint64(n) for n in (1, 11, 27, 30, 31))
 
 
 def uniforms(seeds: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """One uniform in [0, 1) per row from splitmix64(seed + (step + 1) * golden)."""
-    with np.errstate(over="ignore"):
-        z = seeds.astype(np.uint64) + (steps.astype(np.uint64) + np.uint64(1)) * _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    out: np.ndarray = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    """One uniform in [0, 1) per row from splitmix64(seed + (step + 1) * golden). Array arithmetic wraps
+    silently (no errstate needed: it cost a third of the call, per step)."""
+    z = seeds.astype(np.uint64) + (steps.astype(np.uint64) + _ONE) * _GOLDEN
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    z = z ^ (z >> _S31)
+    out: np.ndarray = (z >> _S11).astype(np.float64) / float(1 << 53)
     return out
 
 

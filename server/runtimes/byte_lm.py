@@ -18,8 +18,8 @@ from process.flags import setting
 from server.domain import ModelDescriptor, ModelKind, ModelLimits
 from server.kv.tensors import KvTensors
 from server.runtimes.base import GenerativeModel, Prefill
+from server.runtimes.byte_lm_graph import LAYER_WEIGHTS, compiled
 from server.runtimes.llama_attention import Heads, StepAttention
-from server.runtimes.llama_graph import attention
 from server.runtimes.options import ModelContext
 
 EOS, BOS, VOCAB = 256, 257, 258
@@ -89,6 +89,11 @@ class ByteLm(GenerativeModel, nn.Module):
             self.head.bias[10] = 0.0
             self.head.bias[EOS] = -12.0
         self.to(device).eval()
+        # Per layer, in byte_lm_graph.LAYER_WEIGHTS order: one list the scripted stack walks.
+        self._weights = [
+            [dict(block.named_parameters())[name].detach() for name in LAYER_WEIGHTS]
+            for block in self._layers
+        ]
         self.kv = KvTensors(shape.layers, self.heads, self.head_dim, dtype=torch.float32, device=device)
         self._geometry = Heads(self.heads, self.heads, self.head_dim, None)
         self._no_rows = torch.empty(0, dtype=torch.long, device=device)
@@ -131,17 +136,10 @@ class ByteLm(GenerativeModel, nn.Module):
         )
         arena = self.kv.k.shape[2]
         plan = StepAttention.plan(self._geometry, device, arena, prefills, bases, positions.tolist())
-        args = plan.graph_args()
-        attend = attention()
-        total = flat_ids.shape[0]
         x = self.tok_emb(flat_ids) + self.pos_emb(flat_pos)
-        for layer, block in enumerate(self._layers):
-            qkv = block.qkv(block.ln1(x)).view(total, 3, self.heads, self.head_dim)
-            self.kv.k[layer][:, flat_token] = qkv[:, 1].transpose(0, 1)
-            self.kv.v[layer][:, flat_token] = qkv[:, 2].transpose(0, 1)
-            out = attend(qkv[:, 0], self.kv.k[layer], self.kv.v[layer], self.heads, self.head_dim, *args)
-            x = x + block.proj(out)
-            x = x + block.mlp(block.ln2(x))
+        x = compiled()(
+            x, flat_token, self.kv.k, self.kv.v, self._weights, self.heads, self.head_dim, *plan.graph_args()
+        )
         logits: torch.Tensor = self.head(self.ln_f(x[plan.last_rows()]))
         return logits
 

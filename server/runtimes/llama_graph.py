@@ -118,15 +118,11 @@ def _layers(
 
 def compiled() -> Any:
     """The scripted layer stack (compiled once per process, on first use)."""
-    return _scripted(_layers)
+    return scripted(_layers)
 
 
-def attention() -> Any:
-    """The scripted step attention alone, for runtimes whose layers are not Llama's (the byte LM)."""
-    return _scripted(_attention)
-
-
-def _scripted(function: Any) -> Any:
+def scripted(function: Any) -> Any:
+    """`function` as TorchScript, compiled once per process (other runtimes' stacks call _attention)."""
     if function not in _COMPILED:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
