@@ -203,7 +203,6 @@ def prefix(directory: Path, repeats: int, quick: bool) -> None:
     rng = random.Random(1)
     shared = [rng.randrange(8192) for _ in range(system)]
     turns = [shared + [rng.randrange(8192) for _ in range(20)] for _ in range(streams)]
-    distinct = [[rng.randrange(8192) for _ in range(200)] for _ in range(streams)]
     results: dict[str, dict[str, list[Streams]]] = {"on": {}, "off": {}}
     for mode in ("on", "off"):
         flag = "true" if mode == "on" else "false"
@@ -214,6 +213,8 @@ def prefix(directory: Path, repeats: int, quick: bool) -> None:
             for repeat in range(repeats):
                 results[mode].setdefault("shared", []).append(asyncio.run(together(s.target, turns, tokens)))
                 results[mode].setdefault("chat", []).append(asyncio.run(chats(s.target, repeat, quick)))
+                fresh = random.Random(100 + repeat)  # new prompts each repeat (the same in both modes)
+                distinct = [[fresh.randrange(8192) for _ in range(200)] for _ in range(streams)]
                 results[mode].setdefault("none", []).append(asyncio.run(together(s.target, distinct, tokens)))
     print(
         f"\nprefix cache: {streams} streams, a {system}-token system prompt + 20 tokens, {tokens} tokens each"
