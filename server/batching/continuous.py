@@ -77,9 +77,7 @@ class ContinuousScheduler:
         self.model = model
         self.worker = worker
         name = model.descriptor.name
-        self.memory = KvMemory(
-            kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name, lazy=model.device.type == "cpu"
-        )
+        self.memory = KvMemory(kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name)
         self.limits = limits
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s

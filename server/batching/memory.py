@@ -27,14 +27,7 @@ MAX_CACHED = 4096
 
 class KvMemory:
     def __init__(
-        self,
-        tokens: int,
-        *,
-        prefix_cache: bool,
-        metrics: Metrics,
-        model: str,
-        max_cached: int = MAX_CACHED,
-        lazy: bool = False,
+        self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str, max_cached: int = MAX_CACHED
     ) -> None:
         self.arena = RegionArena(tokens)
         self.prefix = PrefixCache(enabled=prefix_cache)
@@ -42,7 +35,6 @@ class KvMemory:
         self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
         self._cached: OrderedDict[int, Region] = OrderedDict()  # id -> cached prefix, least recent first
         self._max_cached = max_cached
-        self._lazy = lazy  # the arena's pages become resident as written (KvTensors on CPU)
         self._m = (
             metrics.prefix_hits.labels(model),
             metrics.prefix_tokens.labels(model),
@@ -126,11 +118,7 @@ class KvMemory:
         self, need: int, seq: GenSequence, keep: set[int], preempt: Callable[[GenSequence], None]
     ) -> Region | None:
         while True:
-            # A lazily mapped arena (CPU) becomes resident as it is first written: there, a cached
-            # prefix is evicted before a region reaches into memory none has used yet.
-            region = self.arena.allocate(need, within=self.arena.touched if self._lazy else None)
-            if region is None and self._lazy and not any(key not in keep for key in self._cached):
-                region = self.arena.allocate(need)
+            region = self.arena.allocate(need)
             if region is not None:
                 return region
             if self._evict(keep):

@@ -42,23 +42,21 @@ class RegionArena:
         self._regions: list[Region] = []  # sorted by base
         self._bases: list[int] = []
         self._reserved = self._cached = 0  # tokens of owned and of cached regions
-        self.touched = 0  # the highest token any region has reached: memory below it is resident
 
     @property
     def regions(self) -> list[Region]:
         return self._regions
 
-    def allocate(self, tokens: int, *, within: int | None = None) -> Region | None:
-        """The lowest hole that holds `tokens` (rounded up to ALIGN) and ends by `within` (default: the
-        arena's end), or None."""
-        size, limit = aligned(max(tokens, 1)), self.capacity if within is None else within
+    def allocate(self, tokens: int) -> Region | None:
+        """The lowest hole that holds `tokens` (rounded up to ALIGN), or None."""
+        size = aligned(max(tokens, 1))
         at = 0
         for index, region in enumerate(self._regions):
             if region.base - at >= size:
-                return None if at + size > limit else self._grew(self._insert(index, Region(at, size)))
+                return self._insert(index, Region(at, size))
             at = region.base + region.size
-        if min(self.capacity, limit) - at >= size:
-            return self._grew(self._insert(len(self._regions), Region(at, size)))
+        if self.capacity - at >= size:
+            return self._insert(len(self._regions), Region(at, size))
         return None
 
     def free(self, region: Region) -> None:
@@ -121,10 +119,6 @@ class RegionArena:
         self._regions.insert(index, region)
         self._bases.insert(index, region.base)
         self._count(region, 1)
-        return region
-
-    def _grew(self, region: Region) -> Region:
-        self.touched = max(self.touched, region.base + region.size)
         return region
 
     def _count(self, region: Region, sign: int) -> None:

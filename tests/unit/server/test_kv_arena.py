@@ -113,20 +113,3 @@ def test_only_a_higher_priority_call_preempts_and_it_takes_the_lowest_ranked() -
     assert not memory.admit(sequence(40, 20, Priority.LOW), preempt)  # an equal waits
     assert memory.admit(sequence(40, 20, Priority.HIGH), preempt)
     assert preempted == [younger] and older.region is not None
-
-
-def test_a_lazily_mapped_arena_reuses_written_memory_before_it_grows() -> None:
-    """On CPU the arena's pages become resident as first written: a cached prefix is evicted before a
-    region reaches past what any region used, so resident memory follows the running set, not the cache."""
-    memory = KvMemory(64 * 64, prefix_cache=True, metrics=Metrics(), model="m", lazy=True)
-    for index in range(20):
-        seq = sequence(40, 4)
-        seq.feed = [index] * 44  # no prefix in common
-        memory.release(running(memory, seq))
-    assert memory.arena.touched == 48 and memory.arena.cached() == 48
-    eager = KvMemory(64 * 64, prefix_cache=True, metrics=Metrics(), model="m")
-    for index in range(20):
-        seq = sequence(40, 4)
-        seq.feed = [index] * 44
-        eager.release(running(eager, seq))
-    assert eager.arena.touched == 20 * 48  # device memory is allocated whole: the cache keeps all 20
