@@ -15,6 +15,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from bench.storm_server import MODEL
+from clients.errors import status_details_of
 
 CALL_TIMEOUT_S = 120.0
 # A caller that stops reading entirely: a small receive window so that its few buffered messages fill it.
@@ -134,5 +135,9 @@ async def stalled_grpc_caller(channel: grpc.aio.Channel, prompt: str, ended: asy
             if message.finish_reason:
                 return message.error.reason or pb.FinishReason.Name(message.finish_reason)
         return "no final message"
+    except grpc.aio.AioRpcError as error:
+        # The server's watchdog ended the unwritable call first (after twice the stall timeout): the status
+        # says why, as the final message would have.
+        return status_details_of(error).reason or error.code().name
     finally:
         call.cancel()

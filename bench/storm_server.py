@@ -25,6 +25,10 @@ def storm_server_flags(*, max_sequences: int, context_length: int, stall_timeout
         # threads slow every step many times over (30 x 200 tokens: ~5 s with the default, <1 s with 1).
         "--torch-threads",
         "1",
+        # The first engine's slot cache in bytes (the byte LM takes 1 KiB a token): the storms hold memory
+        # as they did, and the cached prefixes cannot grow the resident set past it.
+        "--kv-cache-bytes",
+        str(max_sequences * context_length * 1024),
     ]
 
 
