@@ -198,7 +198,10 @@ def _exact_fit(mix: list[tuple[int, int]], budget: int) -> int:
 
 
 # -- prefix cache -----------------------------------------------------------------------------------------
-def prefix(directory: Path, repeats: int, quick: bool) -> None:
+ROWS = ("shared", "chat", "none")
+
+
+def prefix(directory: Path, repeats: int, quick: bool, rows: tuple[str, ...] = ROWS) -> None:
     streams, system, tokens = (8 if quick else 32), 2000, 32
     rng = random.Random(1)
     shared = [rng.randrange(8192) for _ in range(system)]
@@ -211,19 +214,21 @@ def prefix(directory: Path, repeats: int, quick: bool) -> None:
         ) as s:
             asyncio.run(together(s.target, [[*shared, 1]], 4))  # the system prompt has been seen before
             for repeat in range(repeats):
-                results[mode].setdefault("shared", []).append(asyncio.run(together(s.target, turns, tokens)))
-                results[mode].setdefault("chat", []).append(asyncio.run(chats(s.target, repeat, quick)))
-                fresh = random.Random(100 + repeat)  # new prompts each repeat (the same in both modes)
-                distinct = [[fresh.randrange(8192) for _ in range(200)] for _ in range(streams)]
-                results[mode].setdefault("none", []).append(asyncio.run(together(s.target, distinct, tokens)))
+                if "shared" in rows:
+                    shared_run = asyncio.run(together(s.target, turns, tokens))
+                    results[mode].setdefault("shared", []).append(shared_run)
+                if "chat" in rows:
+                    results[mode].setdefault("chat", []).append(asyncio.run(chats(s.target, repeat, quick)))
+                if "none" in rows:
+                    fresh = random.Random(100 + repeat)  # new prompts each repeat (the same in both modes)
+                    distinct = [[fresh.randrange(8192) for _ in range(200)] for _ in range(streams)]
+                    none_run = asyncio.run(together(s.target, distinct, tokens))
+                    results[mode].setdefault("none", []).append(none_run)
     print(
         f"\nprefix cache: {streams} streams, a {system}-token system prompt + 20 tokens, {tokens} tokens each"
     )
-    for part, what in (
-        ("shared", "shared system prompt"),
-        ("chat", "multi-turn chats"),
-        ("none", "no shared prefix"),
-    ):
+    named = {"shared": "shared system prompt", "chat": "multi-turn chats", "none": "no shared prefix"}
+    for part, what in ((row, named[row]) for row in rows):
         on, off = results["on"][part], results["off"][part]
         ttft_on = [percentile(r.ttft, 50) for r in on]
         ttft_off = [percentile(r.ttft, 50) for r in off]
@@ -308,6 +313,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer streams")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--part", choices=("capacity", "prefix", "preemption"), action="append")
+    parser.add_argument("--prefix-rows", nargs="+", choices=ROWS, default=list(ROWS), help="of --part prefix")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
     parts = args.part or ["capacity", "prefix", "preemption"]
@@ -315,9 +321,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-kv-") as scratch:
         directory = build(Path(scratch))
         for part in parts:
-            {"capacity": capacity, "prefix": prefix, "preemption": preemption}[part](
-                directory, repeats, args.quick
-            )
+            if part == "prefix":
+                prefix(directory, repeats, args.quick, tuple(args.prefix_rows))
+            else:
+                {"capacity": capacity, "preemption": preemption}[part](directory, repeats, args.quick)
 
 
 if __name__ == "__main__":
