@@ -4,7 +4,6 @@ prompt is complete, in one batched call."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,7 +76,7 @@ class StepChain:
         self.flush = flush  # the worker's: the previous step's result may go to the loop now
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepResult:
     """One token per row (the joiners' first tokens, then the running sequences' next ones), and for the
     rows that asked, (chosen token's logprob, [(alternative id, logprob), ...] most likely first)."""
@@ -93,7 +92,8 @@ def run_step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepRe
     started = time.perf_counter()
     try:
         result = _step(model, plan, chain)
-        return dataclasses.replace(result, started=started, finished=time.perf_counter())
+        result.started, result.finished = started, time.perf_counter()
+        return result
     except torch.OutOfMemoryError:
         chain.tokens = None
         release_cached_memory()  # here, on the model's thread; the scheduler counts it and trips the breaker

@@ -77,13 +77,16 @@ class ModelWorker:
         return future
 
     def _serve(self) -> None:
+        with torch.inference_mode():  # once for the thread: entering it per job cost part of the step gap
+            self._serve_jobs()
+
+    def _serve_jobs(self) -> None:
         item = self._jobs.get()
         while item is not None:
             job, future, _ = item
             if future.set_running_or_notify_cancel():
                 try:
-                    with torch.inference_mode():
-                        outcome: tuple[Future[Any], bool, Any] = (future, True, job())
+                    outcome: tuple[Future[Any], bool, Any] = (future, True, job())
                 except BaseException as exc:  # handed to whoever awaits the job
                     outcome = (future, False, exc)
                 self.flush()  # whatever the job did not
