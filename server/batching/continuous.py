@@ -88,7 +88,6 @@ class ContinuousScheduler:
         self.steps_started = 0
         self.step_s = 0.0  # EWMA of a step's duration: what one more token of a stream costs now
         self.drain_deadline: float | None = None
-        self.gaps: deque[float] = deque(maxlen=4096)  # the model thread's idle time between steps, recent
         self._last_finished = 0.0
         self._chain = StepChain(worker.flush)
         self._kv_published = 0.0
@@ -287,7 +286,6 @@ class ContinuousScheduler:
         took = result.finished - result.started
         if self._last_finished and step.decoding:
             gap = result.started - self._last_finished
-            self.gaps.append(gap)
             self._m_gap.observe(gap)
         self._last_finished = result.finished if step.decoding else 0.0
         self._m_compute.observe(took)

@@ -9,7 +9,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from server.runtimes.llama_graph import _attention, scripted
+from server.runtimes.llama_graph import _write_and_attend, scripted
 
 #: Each layer's weights, in this order.
 LAYER_WEIGHTS = ("ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias", "ln2.weight",
@@ -37,10 +37,8 @@ def _layers(
         w = weights[index]  # as LAYER_WEIGHTS
         h = F.layer_norm(x, [width], w[0], w[1])
         qkv = F.linear(h, w[2], w[3]).view(total, 3, heads, dim)
-        k_cache[index][:, flat_token] = qkv[:, 1].transpose(0, 1)
-        v_cache[index][:, flat_token] = qkv[:, 2].transpose(0, 1)
-        out = _attention(
-            qkv[:, 0], k_cache[index], v_cache[index], heads, dim,
+        out = _write_and_attend(
+            qkv[:, 0], qkv[:, 1], qkv[:, 2], k_cache[index], v_cache[index], flat_token, heads, dim,
             chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
         )  # fmt: skip
         x = x + F.linear(out, w[4], w[5])

@@ -73,6 +73,31 @@ def _attention(
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def _write_and_attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_layer: Tensor,
+    v_layer: Tensor,
+    flat_token: Tensor,
+    kv: int,
+    dim: int,
+    chunks: list[list[int]],
+    chunk_masks: list[Tensor],
+    decode_offset: int,
+    groups: list[list[int]],
+    members: list[Tensor],
+    rows: list[Tensor],
+    group_masks: list[Tensor],
+) -> Tensor:
+    """Writes one layer's new keys and values [total, kv, dim] at their arena tokens, then attends."""
+    k_layer[:, flat_token] = k.transpose(0, 1)
+    v_layer[:, flat_token] = v.transpose(0, 1)
+    return _attention(
+        q, k_layer, v_layer, kv, dim, chunks, chunk_masks, decode_offset, groups, members, rows, group_masks
+    )
+
+
 def _layers(
     x: Tensor,
     cos: Tensor,
@@ -103,10 +128,9 @@ def _layers(
         qk = (
             qk * cos + torch.cat([-qk[:, :, half:], qk[:, :, :half]], dim=-1) * sin
         )  # rotary, q and k at once
-        k_cache[index][:, flat_token] = qk[:, heads:].transpose(0, 1)
-        v_cache[index][:, flat_token] = qkv[:, qk_width:].view(total, kv, dim).transpose(0, 1)
-        out = _attention(
-            qk[:, :heads], k_cache[index], v_cache[index], kv, dim,
+        values = qkv[:, qk_width:].view(total, kv, dim)
+        out = _write_and_attend(
+            qk[:, :heads], qk[:, heads:], values, k_cache[index], v_cache[index], flat_token, kv, dim,
             chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
         )  # fmt: skip
         x = x + F.linear(out, w[3], w[4])
