@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib.metadata
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
 from process.access_log import AccessLog
 from process.limits import raise_fd_limit
@@ -30,6 +32,10 @@ from server.admission.tenants import Keys
 from server.batching.worker import ModelWorker
 from server.config import Settings
 from server.frontends.engine import FrontendPool
+from server.kserve.methods import SERVICE as KSERVE_SERVICE
+from server.kserve.methods import kserve_methods
+from server.kserve.servicer import KServeServicer
+from server.kserve.shm import SharedMemory
 from server.metrics import Metrics
 from server.placement import DevicePlacement, breaker_for, place
 from server.runtimes.registry import resolve_device
@@ -86,6 +92,13 @@ class SluiceServer:
             max_request_bytes=settings.max_request_bytes_in_flight,
         )
         self.servicer = InferenceServicer()
+        # The Open Inference Protocol (KServe v2) over the same models, gates and metrics (server/kserve/).
+        self.kserve = KServeServicer(
+            self.servicer,
+            ready=lambda: self.interceptor.ready and not self.interceptor.draining,
+            version=_version(),
+            shm=SharedMemory(),
+        )
         self.health = HealthServicer()
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft
         # limit goes up to the hard one, and connections are capped below it.
@@ -101,8 +114,9 @@ class SluiceServer:
         handlers = cast(grpc.aio.Server, self.server)
         pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, handlers)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, handlers)
+        v2_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, handlers)
         if settings.reflection and not isinstance(self.server, FrontendPool):  # front ends serve their own
-            enable_reflection(self.server, [SERVICE, HEALTH])
+            enable_reflection(self.server, [SERVICE, HEALTH, KSERVE_SERVICE])
         self.workers: list[ModelWorker] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.port = 0
@@ -298,4 +312,11 @@ def _methods(
             dict.fromkeys(infer_gates, "Infer"),
             work_of=_max_tokens,
         ),
-    }
+    } | kserve_methods(infer_gates, generate_gates)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

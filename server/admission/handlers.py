@@ -211,7 +211,7 @@ class _CallLog:
             line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
             line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
             line["batch_size"] = timings.batch_size
-        elif answer is not None:  # a Generate stream's last message
+        elif answer is not None and "usage" in answer.DESCRIPTOR.fields_by_name:  # a Generate stream's last
             if answer.HasField("error"):
                 line["status"], line["reason"] = (
                     _CODE_NAMES.get(answer.error.code, "UNKNOWN"),

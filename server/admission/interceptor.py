@@ -36,6 +36,7 @@ from server.admission.handlers import (
 from server.admission.policies import Lifecycle, default_policies
 from server.admission.policy import Admission, AdmissionPolicy, Policies
 from server.admission.reader import GuardedMethod, Refused, admission_reader
+from server.admission.streams import guarded_bidi, refusing_bidi
 from server.admission.tenants import Keys
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
@@ -142,15 +143,22 @@ class AdmissionInterceptor(_ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        if handler is None:
             return handler
         path = handler_call_details.method
+        method = self.methods.get(path)
+        # A client stream is guarded only where each of its messages is a call (v2 ModelStreamInfer).
+        if handler.request_streaming and (method is None or not handler.response_streaming):
+            return handler
         if self.policies.screens:
             # Checked on the metadata alone, before the body is read: a refused call is never parsed.
             error = self.policies.screen(path, _metadata(handler_call_details))
             if error is not None:
-                return refusing_handler(handler, error)
-        method = self.methods.get(path)
+                return (
+                    refusing_bidi(handler, error)
+                    if handler.request_streaming
+                    else refusing_handler(handler, error)
+                )
         # Built once per method (and per install of the models): the wrapper holds no per-call state.
         key = (path, id(method), id(handler))
         wrapped = self._guarded_handlers.get(key)
@@ -176,6 +184,10 @@ class AdmissionInterceptor(_ServerInterceptor):
             max_message_bytes=self.max_message_bytes,
             weigh=self.policies.weigh,
         )
+        if handler.stream_stream is not None:
+            return guarded_bidi(
+                handler, method, read=read, acquire=self._acquire, finish=self.policies.finish
+            )
         return guarded_handler(
             handler,
             method,
@@ -187,12 +199,19 @@ class AdmissionInterceptor(_ServerInterceptor):
         )
 
     async def _admit(self, request: Any, context: Context, method: GuardedMethod) -> Slot:
-        """Waits for a slot; on refusal aborts the call (which raises) without holding anything. A call
-        that names no request id gets one, for its logs and its answer."""
+        """Waits for a slot; on refusal aborts the call (which raises) without holding anything."""
+        try:
+            return await self._acquire(request, context, method)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+
+    async def _acquire(self, request: Any, context: Context, method: GuardedMethod) -> Slot:
+        """Waits for a slot, or raises the refusal holding nothing. A call that names no request id gets
+        one, for its logs and its answer."""
         if isinstance(request, Refused):
             self.metrics.refused.labels(request.model, method.name, request.error.reason).inc()
-            await abort(context, request.error)
-            raise request.error  # abort raises; this keeps type checkers aware that nothing is held
+            raise request.error
         if not request.request_id:
             request.request_id = self._request_ids.next()
         model = request.model
@@ -218,7 +237,6 @@ class AdmissionInterceptor(_ServerInterceptor):
             if admission is not None:
                 self.policies.settle(admission, error)
             self.metrics.refused.labels(model if gate is not None else "", method.name, error.reason).inc()
-            await abort(context, error)
             raise
         instruments.admitted.inc()
         if queued:

@@ -29,10 +29,15 @@ class GuardedMethod:
     elsewhere: dict[str, str] = field(default_factory=dict)
     # The work a parsed request asks for, in the unit of its gates' service estimate (Generate: max_tokens).
     work_of: Callable[[Any], int] | None = None
+    # The request field that names the model, read from the raw bytes (v2 requests: `model_name`).
+    model_field_name: str = "model"
+    # What admission and the servicer receive instead of the parsed message: an object with `model`,
+    # `request_id` and `priority` (a v2 request's view, server/kserve/calls.py); None: the message itself.
+    view: Callable[[Any], Any] | None = None
 
     @property
     def model_field(self) -> int:
-        return int(self.request.fields_by_name["model"].number)
+        return int(self.request.fields_by_name[self.model_field_name].number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +83,11 @@ def admission_reader(
                 return Refused(refusal, model if served else "")
         if weigh is not None and (over := weigh(method, model, len(data))) is not None:
             return Refused(over, model if model is not None and model in method.gates else "")
-        return parse(data)
+        parsed = parse(data)
+        return parsed if view is None or isinstance(parsed, Refused) else view(parsed)
 
     parse = parsing_reader(deserialize, descriptor)
+    view = method.view
     return read
 
 
