@@ -10,6 +10,13 @@ $(STAMP): requirements.lock pyproject.toml scripts/setup.sh
 
 setup: $(STAMP)
 
+# The tritonclient conformance tests' own venv (it needs protobuf < 7; the project's has 7).
+TRITON_STAMP := .venv-triton/.installed
+
+$(TRITON_STAMP): requirements-triton.lock scripts/setup_triton.sh
+	bash scripts/setup_triton.sh
+	touch $(TRITON_STAMP)
+
 up: $(STAMP)
 	.venv/bin/sluice up
 
@@ -38,6 +45,6 @@ FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_ca
 	tests/integration/test_hostile_peers.py tests/integration/test_hostile_input.py \
 	tests/integration/test_lifecycle.py tests/integration/test_auth.py tests/integration/test_request_budget.py
 
-test: $(STAMP) proto-check lint
+test: $(STAMP) $(TRITON_STAMP) proto-check lint
 	$(PY) -m pytest
 	SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider -m "not one_frontend" $(FRONTEND_SUITES)
