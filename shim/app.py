@@ -17,6 +17,7 @@ from starlette.responses import Response
 from auth.keys import load_keys
 from process.access_log import AccessLog
 from shim import health, native, openai
+from shim import kserve as kserve_v2
 from shim.admission.bound import InflightBound
 from shim.admission.middleware import AdmissionMiddleware
 from shim.admission.request_body import validation_error
@@ -29,7 +30,7 @@ from shim.refusals import internal_error
 from shim.upstream.channel import open_upstream
 
 # Every API family, in the order their routes match: a new family is a folder and an entry here.
-FAMILIES: tuple[Family, ...] = (health, native, openai)
+FAMILIES: tuple[Family, ...] = (health, native, openai, kserve_v2)
 
 # Starlette's own HTTP errors (unknown route, wrong method) in the canonical vocabulary.
 _CODE_BY_HTTP_STATUS = {

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.routing import Match
@@ -29,6 +30,8 @@ from shim.jsonio import JsonResponse
 
 #: How a family answers an error: the status and headers the ShimError says, in the family's body shape.
 ErrorShape = Callable[[ShimError], Response]
+#: Which request bodies a family reads: raises the ShimError (415) for a media type it does not take.
+MediaCheck = Callable[[Headers], None]
 
 
 def shim_shape(error: ShimError) -> JsonResponse:
@@ -47,6 +50,7 @@ class _Member:
     router: APIRouter
     error_shape: ErrorShape
     schemas: Callable[[], dict[str, Any]] | None
+    media_check: MediaCheck | None = None
 
 
 @dataclass(slots=True)
@@ -63,13 +67,15 @@ class Families:
         *,
         error_shape: ErrorShape,
         schemas: Callable[[], dict[str, Any]] | None = None,
+        media_check: MediaCheck | None = None,
     ) -> None:
         """Includes `router` in `app` as a family's: its routes answer errors in `error_shape`, and
-        `schemas()` (component schemas by name) joins /openapi.json."""
+        `schemas()` (component schemas by name) joins /openapi.json; `media_check` replaces the JSON-only
+        check of its POST bodies (the v2 family takes the binary tensor extension)."""
         if not router.prefix.strip("/"):
             raise ValueError("an API family's router needs a prefix (such as /v1): its paths are the API")
         app.include_router(router)
-        self._members.append(_Member(router, error_shape, schemas))
+        self._members.append(_Member(router, error_shape, schemas, media_check))
         root = router.prefix.rstrip("/") + "/"
         if root not in self.api_roots:
             self.api_roots = (*self.api_roots, root)
@@ -79,20 +85,29 @@ class Families:
 
     def error_shape(self, scope: Scope) -> ErrorShape:
         """The shape of the family whose route serves (or, before routing, will serve) the request."""
+        member = self._member(scope)
+        return shim_shape if member is None else member.error_shape
+
+    def media_check(self, scope: Scope) -> MediaCheck | None:
+        """The body check of the family that will serve the request; None: the shim's JSON-only one."""
+        member = self._member(scope)
+        return None if member is None else member.media_check
+
+    def _member(self, scope: Scope) -> _Member | None:
         routed = scope.get("route")
-        partial: ErrorShape | None = None
+        partial: _Member | None = None
         for member in self._members:
             for route in member.router.routes:
                 if routed is not None:
                     if route is routed:
-                        return member.error_shape
+                        return member
                     continue
                 match, _ = route.matches(scope)
                 if match is Match.FULL:
-                    return member.error_shape
+                    return member
                 if match is Match.PARTIAL and partial is None:
-                    partial = member.error_shape
-        return partial or shim_shape
+                    partial = member
+        return partial
 
     def render(self, scope: Scope, error: ShimError) -> Response:
         return self.error_shape(scope)(error)

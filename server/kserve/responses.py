@@ -11,6 +11,7 @@ from server.kserve.calls import DEFAULT_PRIORITY_LEVEL, PRIORITY_LEVELS
 from server.kserve.datatypes import CONFIG_TYPE, TO_V2
 from server.kserve.requests import TEXT_INPUT, TEXT_OUTPUT
 from server.kserve.tensors import to_raw
+from wire.kserve import stream_error_message
 
 PLATFORM = "sluice"
 #: Asked for with tritonclient's `enable_empty_final_response`: every response says whether it is the last.
@@ -37,7 +38,8 @@ def encode_chunk(
     """One streamed response; an error chunk becomes the stream's `error_message`, as Triton reports a
     failed request on a stream that goes on."""
     if chunk.error is not None:
-        return v2.ModelStreamInferResponse(error_message=f"{chunk.error.reason}: {chunk.error.message}")
+        text = stream_error_message(chunk.error.code, chunk.error.reason, chunk.error.message)
+        return v2.ModelStreamInferResponse(error_message=text)
     response = v2.ModelInferResponse(model_name=model, model_version=version, id=request_id)
     datatype, raw = to_raw(np.array([chunk.text], dtype=object))
     response.outputs.add(name=TEXT_OUTPUT, datatype=datatype, shape=[1])

@@ -96,7 +96,7 @@ class AdmissionMiddleware:
                 raise shim_overloaded(self.bound.limit)
             # Every POST of the API carries a JSON body; the other methods carry none.
             if scope["method"] == "POST":
-                check_json_media_type(headers)
+                (self.families.media_check(scope) or check_json_media_type)(headers)
                 body = await read_body(
                     receive, headers, limit=self.max_body_bytes, timeout_s=self.body_timeout_s
                 )

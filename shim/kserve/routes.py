@@ -1,0 +1,139 @@
+"""The v2 family's routes, each a thin parse -> translate -> call -> translate path over the shared
+upstream channel to the server's `inference.GRPCInferenceService` (the same admission and models as the
+server's own v2 clients get)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from fastapi import APIRouter, Request
+from sluice.kserve.v2 import grpc_service_pb2 as v2
+from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
+from starlette.responses import Response
+
+from shim.errors import upstream_errors
+from shim.jsonio import JsonResponse
+from shim.kserve import generation, translate
+from shim.kserve.models import config_to_json, metadata_to_json
+from shim.upstream.call_options import timeout_from
+from shim.upstream.channel import settings_of, upstream_of
+from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
+
+router = APIRouter(prefix="/v2")
+
+
+def stub_of(request: Request) -> v2_grpc.GRPCInferenceServiceAsyncStub:
+    """One stub on the shared channel, made on first use."""
+    state = request.app.state
+    stub: Any = getattr(state, "kserve_stub", None)
+    channel = upstream_of(request).channel
+    if stub is None or stub.channel is not channel:
+        stub = v2_grpc.GRPCInferenceServiceStub(channel)
+        stub.channel = channel
+        state.kserve_stub = stub
+    return stub  # type: ignore[no-any-return]
+
+
+def _timeout(request: Request) -> float:
+    return timeout_from(settings_of(request).infer_timeout_s, request.headers)
+
+
+def _errors(request: Request) -> Any:
+    return upstream_errors(reconnect_s=settings_of(request).reconnect_backoff_s)
+
+
+@router.get("")
+async def server_metadata(request: Request) -> JsonResponse:
+    with _errors(request):
+        answer = await stub_of(request).ServerMetadata(v2.ServerMetadataRequest(), timeout=_timeout(request))
+    return JsonResponse(
+        {"name": answer.name, "version": answer.version, "extensions": list(answer.extensions)}
+    )
+
+
+@router.get("/health/live")
+async def live(request: Request) -> JsonResponse:
+    with _errors(request):
+        answer = await stub_of(request).ServerLive(v2.ServerLiveRequest(), timeout=_timeout(request))
+    return JsonResponse({"live": answer.live}, status_code=200 if answer.live else 503)
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> JsonResponse:
+    try:
+        answer = await stub_of(request).ServerReady(v2.ServerReadyRequest(), timeout=_timeout(request))
+    except grpc.aio.AioRpcError:  # an unreachable server is a shim that is not ready, not an error
+        return JsonResponse({"ready": False}, status_code=503)
+    return JsonResponse({"ready": answer.ready}, status_code=200 if answer.ready else 503)
+
+
+@router.get("/models/{name}")
+@router.get("/models/{name}/versions/{version}")
+async def model_metadata(request: Request, name: str, version: str = "") -> JsonResponse:
+    with _errors(request):
+        answer = await stub_of(request).ModelMetadata(
+            v2.ModelMetadataRequest(name=name, version=version), timeout=_timeout(request)
+        )
+    return JsonResponse(metadata_to_json(answer))
+
+
+@router.get("/models/{name}/config")
+@router.get("/models/{name}/versions/{version}/config")
+async def model_config(request: Request, name: str, version: str = "") -> JsonResponse:
+    with _errors(request):
+        answer = await stub_of(request).ModelConfig(
+            v2.ModelConfigRequest(name=name, version=version), timeout=_timeout(request)
+        )
+    return JsonResponse(config_to_json(answer.config))
+
+
+@router.get("/models/{name}/ready")
+@router.get("/models/{name}/versions/{version}/ready")
+async def model_ready(request: Request, name: str, version: str = "") -> JsonResponse:
+    with _errors(request):
+        answer = await stub_of(request).ModelReady(
+            v2.ModelReadyRequest(name=name, version=version), timeout=_timeout(request)
+        )
+    return JsonResponse({"name": name, "ready": answer.ready}, status_code=200 if answer.ready else 503)
+
+
+@router.post("/models/{name}/infer")
+@router.post("/models/{name}/versions/{version}/infer")
+async def infer(request: Request, name: str, version: str = "") -> Response:
+    document, binary = translate.split_body(
+        await request.body(), request.headers.get(translate.HEADER_LENGTH)
+    )
+    message = translate.infer_request(name, document, binary)
+    message.model_version = version
+    call = stub_of(request).ModelInfer(message, timeout=_timeout(request))
+    try:
+        with _errors(request):
+            response = await unless_disconnected(request, call)
+    except ClientDisconnected:
+        call.cancel()
+        return client_left(request)
+    named, default = translate.binary_outputs_of(document)
+    answer, tail = translate.infer_response(response, named, default)
+    if not tail:
+        return JsonResponse(answer)
+    header = JsonResponse(answer).body
+    return Response(
+        bytes(header) + tail,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+
+
+@router.post("/models/{name}/generate")
+@router.post("/models/{name}/versions/{version}/generate")
+async def generate(request: Request, name: str, version: str = "") -> Response:
+    message = generation.generate_request(name, version, await request.body())
+    return await generation.answer(request, stub_of(request), message, timeout_s=_timeout(request))
+
+
+@router.post("/models/{name}/generate_stream")
+@router.post("/models/{name}/versions/{version}/generate_stream")
+async def generate_stream(request: Request, name: str, version: str = "") -> Response:
+    message = generation.generate_request(name, version, await request.body())
+    return generation.events(request, stub_of(request), message, timeout_s=_timeout(request))
