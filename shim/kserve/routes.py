@@ -95,7 +95,13 @@ async def model_ready(request: Request, name: str, version: str = "") -> JsonRes
         answer = await stub_of(request).ModelReady(
             v2.ModelReadyRequest(name=name, version=version), timeout=_timeout(request)
         )
-    return JsonResponse({"name": name, "ready": answer.ready}, status_code=200 if answer.ready else 503)
+        if answer.ready:
+            return JsonResponse({"name": name, "ready": True})
+        # Every model is loaded at start-up: not ready on a ready server means it is not served at all.
+        server = await stub_of(request).ServerReady(v2.ServerReadyRequest(), timeout=_timeout(request))
+    if server.ready:
+        return JsonResponse({"error": f"model {name[:64]!r} is not served here"}, status_code=404)
+    return JsonResponse({"name": name, "ready": False}, status_code=503)
 
 
 @router.post("/models/{name}/infer")

@@ -11,7 +11,8 @@ from server.errors import SluiceError
 from server.metrics import Metrics
 
 # Health and reflection answer without a token: load balancers and grpcurl's discovery need them.
-OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+# and so do the v2 server-level probes (ServerLive, ServerReady, ServerMetadata), as KServe probes them.
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.", "/inference.GRPCInferenceService/Server")
 
 
 class Authentication(AdmissionPolicy):
