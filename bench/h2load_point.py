@@ -35,13 +35,15 @@ def h2load_path() -> str | None:
     return shutil.which("h2load")
 
 
-def _body(protocol: str, folder: Path, http_api: str) -> tuple[str, Path]:
+def _body(
+    protocol: str, folder: Path, http_api: str, grpc_call: tuple[str, bytes] | None
+) -> tuple[str, Path]:
     """(URL path, file holding the request body)."""
     path = folder / f"body-{protocol}"
     if protocol == "h2load-grpc":
-        message = infer_request_bytes()
+        method, message = grpc_call or (INFER_METHOD, infer_request_bytes())
         path.write_bytes(b"\x00" + struct.pack(">I", len(message)) + message)  # the gRPC length prefix
-        return INFER_METHOD, path
+        return method, path
     url_path, body = http_request(http_api)
     path.write_bytes(body)
     return url_path, path
@@ -68,10 +70,11 @@ def _command(
     return [h2load, *shape, *timing, "-d", str(body), *headers, f"http://{target}{url_path}"]
 
 
-def _server_counts(samples: Samples) -> tuple[float, float, float, float]:
-    """(refused, items computed, batches, compute seconds) for Infer, as cumulative counters."""
+def _server_counts(samples: Samples, method: str) -> tuple[float, float, float, float]:
+    """(refused, items computed, batches, compute seconds) as cumulative counters: refusals of `method`
+    (Infer, or v2 ModelInfer), the batcher's work for every tensor model."""
     return (
-        total(samples, "sluice_requests_refused_total", method="Infer"),
+        total(samples, "sluice_requests_refused_total", method=method),
         total(samples, "sluice_batch_size_sum", method="Infer"),
         total(samples, "sluice_batch_size_count", method="Infer"),
         total(samples, "sluice_compute_seconds_sum", method="Infer"),
@@ -87,21 +90,27 @@ def measure_h2load_point(
     callers: int,
     window: Window,
     http_api: str = "naive",
+    grpc_call: tuple[str, bytes] | None = None,
+    refused_method: str = "Infer",
 ) -> PointResult:
     """protocol: `h2load-grpc` or `h2load-http` (the naive service).
 
     For Sluice over gRPC pass its metrics_port: refusals are HTTP 200 to h2load and only the server's
     counters tell them apart. The gRPC baselines (bench.plain_batcher, bench.noop_grpc) have no metrics and
-    never refuse: with metrics_port None every HTTP 200 counts as OK.
+    never refuse: with metrics_port None every HTTP 200 counts as OK. `grpc_call` (method path, message
+    bytes) replaces Sluice's own Infer (bench/kserve.py sends v2 ModelInfer), whose refusals the server
+    counts under `refused_method`.
     """
     grpc = protocol == "h2load-grpc"
     with tempfile.TemporaryDirectory(prefix="sluice-h2load-") as tmp:
         log = Path(tmp) / "requests.log"
-        command = _command(protocol, target, callers, window, _body(protocol, Path(tmp), http_api), log)
+        command = _command(
+            protocol, target, callers, window, _body(protocol, Path(tmp), http_api, grpc_call), log
+        )
         with ChildProcess("h2load", command) as client:
             client.wait_for(r"Main benchmark duration is started", window.warmup_s + 60.0)
             t0 = time.time()
-            before = _server_counts(scrape(metrics_port)) if grpc and metrics_port else None
+            before = _server_counts(scrape(metrics_port), refused_method) if grpc and metrics_port else None
             start = (
                 time.monotonic(),
                 machine_busy_seconds(),
@@ -115,7 +124,7 @@ def measure_h2load_point(
                 cpu_seconds(service_pids),
                 cpu_seconds([client.pid]),
             )
-            after = _server_counts(scrape(metrics_port)) if grpc and metrics_port else None
+            after = _server_counts(scrape(metrics_port), refused_method) if grpc and metrics_port else None
             client.wait_for(r"^requests: ", window.timeout_s + 60.0)
             client.proc.wait(30.0)  # its log file is complete once it has exited
         rows = [line.split() for line in log.read_text().splitlines() if line.strip()]
