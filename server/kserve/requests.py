@@ -105,6 +105,11 @@ def requested_outputs(message: v2.ModelInferRequest, descriptor: ModelDescriptor
             raise InvalidArgument(
                 f"unknown output {clip(output.name)!r}; expected {known}", field=f"outputs[{index}].name"
             )
+        if parameter(output.parameters, SHM_REGION) is not None:
+            raise InvalidArgument(
+                "outputs travel in the response; shared memory takes inputs only",
+                field=f"outputs[{index}].parameters",
+            )
         names.append(output.name)
     return names
 

@@ -2,7 +2,8 @@
 
 Load it with `--plugins tests.support.faulty_models --models faulty`. It also registers `wide`, the MLP four
 times as wide (a model that needs more memory per request than `mlp`), and `bulky`, which takes a FLOAT32
-vector of any length and answers its sum after 50 ms (requests of megabytes that stay in flight a while).
+vector of any length and answers its sum after 50 ms (requests of megabytes that stay in flight a while);
+`vector-sum` is `bulky` without the wait.
 `faulty` and `wide` are variants of `mlp`: `--model-options mlp.width=256` (or `--mlp-width 256`) sizes them.
 An item of `faulty` whose x[0] is
   -1    raises torch.OutOfMemoryError for any batch that holds it (a forced OOM),
@@ -61,12 +62,13 @@ def _wide(options: MlpOptions, context: ModelContext) -> TensorModel:
 
 
 class BulkyModel(TensorModel):
-    def __init__(self, *, max_batch_size: int) -> None:
+    def __init__(self, *, max_batch_size: int, name: str = "bulky", delay_s: float = 0.05) -> None:
+        self.delay_s = delay_s
         self.descriptor = ModelDescriptor(
-            name="bulky",
+            name=name,
             version="1",
             kind=ModelKind.TENSOR,
-            description="Sum of a FLOAT32 vector of any length, after 50 ms (tests only)",
+            description=f"Sum of a FLOAT32 vector of any length, after {delay_s * 1000:.0f} ms (tests only)",
             limits=ModelLimits(max_batch_size=max_batch_size),
             device="cpu",
             inputs=(TensorSpec("x", DType.FLOAT32, (-1,)),),
@@ -77,7 +79,8 @@ class BulkyModel(TensorModel):
         return int(inputs["x"].shape[0])
 
     def forward(self, batch: Sequence[Mapping[str, Array]]) -> list[dict[str, Array]]:
-        time.sleep(0.05)
+        if self.delay_s:
+            time.sleep(self.delay_s)
         return [{"y": np.array([item["x"].sum()], dtype=np.float32)} for item in batch]
 
     def warmup(self, steps: int) -> None:
@@ -87,3 +90,8 @@ class BulkyModel(TensorModel):
 register_model("faulty", _factory, options_of="mlp")
 register_model("bulky", lambda context: BulkyModel(max_batch_size=context.max_batch_size))
 register_model("wide", _wide, options_of="mlp")
+# `bulky` without the wait: what a large input costs on the way in, and nothing else (bench/kserve_shm.py).
+register_model(
+    "vector-sum",
+    lambda context: BulkyModel(max_batch_size=context.max_batch_size, name="vector-sum", delay_s=0.0),
+)
