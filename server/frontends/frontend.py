@@ -23,6 +23,7 @@ import grpc
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2
 from sluice.inference.v1 import inference_pb2 as pb
+from sluice.kserve.v2 import grpc_service_pb2 as v2
 
 from process.limits import raise_fd_limit
 from server.config import Settings
@@ -52,6 +53,8 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _SERVICES = [
     pb.DESCRIPTOR.services_by_name["InferenceService"].full_name,
     health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+    # KServe v2's unary methods; its ModelStreamInfer streams requests, which front ends do not forward.
+    v2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
 ]
 
 

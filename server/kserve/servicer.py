@@ -29,6 +29,7 @@ from server.servicer import InferenceServicer
 NAME = "sluice"
 EXTENSIONS = ("model_configuration", "system_shared_memory", "generate", "binary_tensor_data")
 _STREAM_END = object()
+_STREAM_BUFFER = 16  # responses of one ModelStreamInfer waiting for the peer
 
 
 class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
@@ -107,28 +108,34 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
         """Each message is generated in a task of its own; their responses share the one stream, in the
         order they are produced. Leaving the stream (cancelled, or the peer gone) cancels every task, and
         each generation leaves its scheduler at the next step, giving its slot back."""
-        out: asyncio.Queue[Any] = asyncio.Queue()
+        # Bounded: a peer that reads slowly holds back its generations (they pause in their own bounded
+        # streams, as Generate's do) instead of piling their chunks up here.
+        out: asyncio.Queue[Any] = asyncio.Queue(_STREAM_BUFFER)
         tasks: set[asyncio.Task[None]] = set()
 
         async def feed() -> None:
-            async for item in requests:
-                if isinstance(item, StreamRefusal):
-                    out.put_nowait(_error(item.error))
-                    continue
-                task = asyncio.create_task(self._generate(item, context, out))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            await asyncio.gather(*tasks)
-            out.put_nowait(_STREAM_END)
+            try:
+                async for item in requests:
+                    if isinstance(item, StreamRefusal):
+                        await out.put(_error(item.error))
+                        continue
+                    task = asyncio.create_task(self._generate(item, context, out))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.gather(*tasks)
+            finally:
+                # A full queue is being read: the loop below sees the feeder done once it is empty.
+                with contextlib.suppress(asyncio.QueueFull):
+                    out.put_nowait(_STREAM_END)
 
         feeder = asyncio.create_task(feed())
         try:
-            while True:
+            while not (feeder.done() and out.empty()):
                 message = await out.get()
                 if message is _STREAM_END:
                     break
                 yield message
-            await feeder  # raises what the reader raised
+            await feeder  # raises what reading the requests raised
         finally:
             for task in (*tasks, feeder):
                 task.cancel()
@@ -154,12 +161,13 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
             )
         except SluiceError as error:
             item.slot.release()
-            out.put_nowait(_error(error))
+            await out.put(_error(error))
             return
         flag = parameter(call.message.parameters, ENABLE_FINAL) is True
         version = scheduler.model.descriptor.version
+        # From here on errors arrive as a final chunk with an error, as on Generate.
         async for chunk in scheduler.chunks(seq):
-            out.put_nowait(encode_chunk(spec.model, version, call.request_id, chunk, flag_final=flag))
+            await out.put(encode_chunk(spec.model, version, call.request_id, chunk, flag_final=flag))
 
     async def ModelStatistics(self, request: Any, context: Context) -> Any:
         await _unimplemented(context, "ModelStatistics: use the Prometheus metrics on --metrics-port")
