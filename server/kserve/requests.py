@@ -12,11 +12,11 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.kserve.v2 import grpc_service_pb2 as v2
 
 from server.codec.messages import decode_generate, decode_priority
-from server.domain import Array, DType, GenerateSpec, InferItem, ModelDescriptor
+from server.domain import Array, GenerateSpec, InferItem, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
 from server.kserve.calls import V2Call, parameter
 from server.kserve.datatypes import TO_V2
-from server.kserve.tensors import Buffer, from_contents, from_raw, input_dtype, input_shape
+from server.kserve.tensors import Buffer, domain_dtype, from_contents, from_raw, input_dtype, input_shape
 from wire.sampling import FIELDS, Sampling
 
 # Reads `byte_size` bytes at `offset` of a registered region for the input at `path` (server/kserve/shm.py).
@@ -38,9 +38,11 @@ class InferBatch:
 
 
 def decode_infer(call: V2Call, descriptor: ModelDescriptor, read_region: ReadRegion | None) -> InferBatch:
+    """Checks names, datatypes and shapes against the descriptor, as TensorModel.validate does for Sluice's
+    own Infer (with the batch dimension), so the rows need no second check."""
     message = call.message
     arrays = decode_inputs(message, read_region)
-    specs = {spec.name: spec for spec in descriptor.inputs}
+    specs = _specs(descriptor)
     max_batch = descriptor.limits.max_batch_size
     rows = 0
     for index, (name, array) in enumerate(arrays.items()):
@@ -50,14 +52,16 @@ def decode_infer(call: V2Call, descriptor: ModelDescriptor, read_region: ReadReg
             raise InvalidArgument(
                 f"unknown input {clip(name)!r}; expected {sorted(specs)}", field=f"{path}.name"
             )
-        if spec.dtype is not _dtype(array):
+        if spec.dtype is not domain_dtype(array):
             raise InvalidArgument(
-                f"input {name!r} must be {TO_V2[spec.dtype]}, got {TO_V2[_dtype(array)]}",
+                f"input {name!r} must be {TO_V2[spec.dtype]}, got {TO_V2[domain_dtype(array)]}",
                 field=f"{path}.datatype",
             )
-        want = (-1, *spec.shape)
         shape = array.shape
-        if len(shape) != len(want) or any(w not in (-1, g) for w, g in zip(want, shape, strict=True)):
+        want = (-1, *spec.shape)
+        if shape[1:] != spec.shape and (  # the fixed-shape fast path; else -1 matches any size
+            len(shape) != len(want) or any(w not in (-1, g) for w, g in zip(want, shape, strict=True))
+        ):
             raise InvalidArgument(
                 f"input {name!r} must have shape {list(want)} (the first dimension is the batch), "
                 f"got {list(shape)}",
@@ -77,22 +81,24 @@ def decode_infer(call: V2Call, descriptor: ModelDescriptor, read_region: ReadReg
         if name not in arrays:
             raise InvalidArgument(f"missing input {name!r}", field="inputs")
     priority = decode_priority(call.priority)
+    model, request_id = message.model_name, message.id
     items = [
-        InferItem(
-            model=message.model_name,
-            inputs={name: array[row] for name, array in arrays.items()},
-            priority=priority,
-            request_id=message.id,
-        )
+        InferItem(model, {name: array[row] for name, array in arrays.items()}, priority, request_id)
         for row in range(rows)
     ]
-    return InferBatch(items, requested_outputs(message, descriptor))
+    return InferBatch(items, requested_outputs(message, descriptor) if message.outputs else None)
 
 
-def _dtype(array: Array) -> DType:
-    if array.dtype == object:
-        return DType.STRING
-    return next(d for d in TO_V2 if d is not DType.STRING and d.numpy == array.dtype)
+_SPECS: dict[int, tuple[ModelDescriptor, dict[str, TensorSpec]]] = {}
+
+
+def _specs(descriptor: ModelDescriptor) -> dict[str, TensorSpec]:
+    """A model's inputs by name, built once per model rather than per request (keyed by identity: hashing
+    the frozen descriptor costs more than building the dict)."""
+    found = _SPECS.get(id(descriptor))
+    if found is None or found[0] is not descriptor:
+        found = _SPECS[id(descriptor)] = (descriptor, {spec.name: spec for spec in descriptor.inputs})
+    return found[1]
 
 
 def requested_outputs(message: v2.ModelInferRequest, descriptor: ModelDescriptor) -> list[str] | None:

@@ -25,9 +25,14 @@ def encode_infer(
     names = requested if requested is not None else list(results[0].outputs)
     response = v2.ModelInferResponse(model_name=model, model_version=results[0].model_version, id=request_id)
     for name in names:
-        stacked: Array = np.stack([result.outputs[name] for result in results])
-        datatype, raw = to_raw(stacked)
-        response.outputs.add(name=name, datatype=datatype, shape=stacked.shape)
+        # One row (the common call) is sent from its output buffer; more are stacked first.
+        rows: Array = (
+            results[0].outputs[name][None]
+            if len(results) == 1
+            else np.stack([r.outputs[name] for r in results])
+        )
+        datatype, raw = to_raw(rows)
+        response.outputs.add(name=name, datatype=datatype, shape=rows.shape)
         response.raw_output_contents.append(raw)
     return response
 

@@ -84,15 +84,17 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
                 raise ModelNotFound(request.model, list(self.servicer.batchers))
             batcher = replicas[CHOSEN.get()]
             batch = decode_infer(request, batcher.model.descriptor, self._reader())
-            for item in batch.items:
-                batcher.model.validate(item.inputs)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
             wait = ADMISSION_WAIT.get()
-            results = await asyncio.gather(
-                *(batcher.submit(item, deadline, admission_wait_s=wait) for item in batch.items)
-            )
-            return encode_infer(request.model, request.request_id, list(results), batch.requested)
+            items = batch.items
+            if len(items) == 1:  # the common call: no task per row
+                results = [await batcher.submit(items[0], deadline, admission_wait_s=wait)]
+            else:
+                results = list(
+                    await asyncio.gather(*(batcher.submit(i, deadline, admission_wait_s=wait) for i in items))
+                )
+            return encode_infer(request.model, request.request_id, results, batch.requested)
         except SluiceError as error:
             await abort(context, error)
             raise

@@ -70,14 +70,15 @@ def from_raw(data: Buffer, dtype: DType, shape: tuple[int, ...], path: str, *, w
     count = math.prod(shape)
     if dtype is DType.STRING:
         return np.array(_split_bytes(data, count, path, where), dtype=object).reshape(shape)
-    expected = count * dtype.numpy.itemsize
+    kind = NUMPY[dtype]
+    expected = count * kind.itemsize
     if len(data) != expected:
         raise InvalidArgument(
             f"{where} holds {len(data)} bytes for {path}; shape {clip(list(shape))} of {TO_V2[dtype]} "
             f"needs {expected}",
             field=where,
         )
-    return np.frombuffer(data, dtype=dtype.numpy).reshape(shape)
+    return np.frombuffer(data, dtype=kind).reshape(shape)
 
 
 def _split_bytes(data: Buffer, count: int, path: str, where: str) -> list[str]:
@@ -109,11 +110,25 @@ def _text(value: bytes, path: str) -> str:
         ) from None
 
 
-def to_raw(array: Array) -> tuple[str, bytes]:
-    """An output as (datatype, raw bytes)."""
+NUMPY: dict[DType, np.dtype[np.generic]] = {d: d.numpy for d in TO_V2 if d is not DType.STRING}
+#: A numpy array's dtype -> its domain type (native byte order is little endian on every supported host).
+BY_NUMPY: dict[np.dtype[np.generic], DType] = {d.numpy: d for d in TO_V2 if d is not DType.STRING}
+BY_NUMPY.update({d.numpy.newbyteorder("="): d for d in TO_V2 if d is not DType.STRING})
+
+
+def domain_dtype(array: Array) -> DType:
     if array.dtype == object:
+        return DType.STRING
+    found = BY_NUMPY.get(array.dtype)
+    if found is None:  # big endian, or a type no model answers with
+        found = BY_NUMPY[array.dtype.newbyteorder("<")]
+    return found
+
+
+def to_raw(array: Array) -> tuple[str, bytes]:
+    """An output as (datatype, raw bytes), in one copy."""
+    dtype = domain_dtype(array)
+    if dtype is DType.STRING:
         parts = [str(v).encode() for v in array.reshape(-1)]
         return "BYTES", b"".join(_LENGTH.pack(len(p)) + p for p in parts)
-    native = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
-    dtype = next(d for d in TO_V2 if d is not DType.STRING and d.numpy == native)
-    return TO_V2[dtype], np.ascontiguousarray(array, dtype=dtype.numpy).tobytes()
+    return TO_V2[dtype], np.ascontiguousarray(array, dtype=NUMPY[dtype]).tobytes()
