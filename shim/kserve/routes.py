@@ -143,3 +143,52 @@ async def generate(request: Request, name: str, version: str = "") -> Response:
 async def generate_stream(request: Request, name: str, version: str = "") -> Response:
     message = generation.generate_request(name, version, await request.body())
     return generation.events(request, stub_of(request), message, timeout_s=_timeout(request))
+
+
+# -- the system shared memory extension: regions on the server's host, registered for the caller --------
+
+
+def _regions(answer: v2.SystemSharedMemoryStatusResponse) -> list[dict[str, Any]]:
+    return [
+        {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+        for r in answer.regions.values()
+    ]
+
+
+@router.get("/systemsharedmemory/status")
+@router.get("/systemsharedmemory/region/{name}/status")
+async def shared_memory_status(request: Request, name: str = "") -> JsonResponse:
+    with _errors(request):
+        answer = await stub_of(request).SystemSharedMemoryStatus(
+            v2.SystemSharedMemoryStatusRequest(name=name), timeout=_timeout(request)
+        )
+    return JsonResponse(_regions(answer))
+
+
+@router.post("/systemsharedmemory/region/{name}/register")
+async def shared_memory_register(request: Request, name: str) -> JsonResponse:
+    document, _ = translate.split_body(await request.body(), None)
+    key, offset, size = document.get("key"), document.get("offset", 0), document.get("byte_size")
+    if (
+        not isinstance(key, str)
+        or not isinstance(offset, int)
+        or not isinstance(size, int)
+        or min(offset, size) < 0
+    ):
+        raise translate.bad_request('the body must be {"key": string, "offset": int, "byte_size": int}')
+    with _errors(request):
+        await stub_of(request).SystemSharedMemoryRegister(
+            v2.SystemSharedMemoryRegisterRequest(name=name, key=key, offset=offset, byte_size=size),
+            timeout=_timeout(request),
+        )
+    return JsonResponse({})
+
+
+@router.post("/systemsharedmemory/unregister")
+@router.post("/systemsharedmemory/region/{name}/unregister")
+async def shared_memory_unregister(request: Request, name: str = "") -> JsonResponse:
+    with _errors(request):
+        await stub_of(request).SystemSharedMemoryUnregister(
+            v2.SystemSharedMemoryUnregisterRequest(name=name), timeout=_timeout(request)
+        )
+    return JsonResponse({})

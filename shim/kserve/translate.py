@@ -25,8 +25,11 @@ _NUMPY = {
 _LENGTH = struct.Struct("<I")
 
 
-def _bad(message: str) -> ShimError:
+def bad_request(message: str) -> ShimError:
     return invalid_argument(message, reason=reasons.INVALID_ARGUMENT)
+
+
+_bad = bad_request
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:

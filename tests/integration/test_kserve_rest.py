@@ -39,11 +39,16 @@ def test_tritonclient_http_health_and_metadata(http_run: dict[str, Any]) -> None
 def test_tritonclient_http_infer_binary_and_json_equal_sluices_own(
     http_run: dict[str, Any], own_rows: np.ndarray
 ) -> None:
-    for key in ("y_binary", "y_json", "y_async"):
+    for key in ("y_binary", "y_json", "y_async", "y_shm"):
         np.testing.assert_allclose(np.array(http_run[key], dtype=np.float32), own_rows, rtol=1e-5, atol=1e-6)
     assert http_run["binary_sized"], "binary_data outputs travel after the JSON, sized in its parameters"
     assert http_run["id"] == "h-1"
     assert http_run["wrong_shape"]["status"] == "400" and "'x'" in http_run["wrong_shape"]["message"]
+
+
+def test_tritonclient_http_shared_memory(http_run: dict[str, Any]) -> None:
+    assert [r["name"] for r in http_run["shm_status"]] == ["http-in"]
+    assert http_run["shm_status_after"] == []
 
 
 def test_binary_extension_by_hand(shim: ShimProcess, own_rows: np.ndarray) -> None:

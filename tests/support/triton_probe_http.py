@@ -37,6 +37,23 @@ def run(target: str, given: dict[str, Any]) -> dict[str, Any]:
     tensor = http.InferInput("x", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
     out["y_async"] = client.async_infer("mlp", [tensor]).get_result().as_numpy("y").tolist()
+    import os
+
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/sluice-http-{os.getpid()}"
+    region = shm.create_shared_memory_region("http-in", key, x.nbytes)
+    try:
+        shm.set_shared_memory_region(region, [x])
+        client.register_system_shared_memory("http-in", key, x.nbytes)
+        out["shm_status"] = client.get_system_shared_memory_status()
+        by_reference = http.InferInput("x", list(x.shape), "FP32")
+        by_reference.set_shared_memory("http-in", x.nbytes)
+        out["y_shm"] = client.infer("mlp", [by_reference]).as_numpy("y").tolist()
+        client.unregister_system_shared_memory("http-in")
+        out["shm_status_after"] = client.get_system_shared_memory_status()
+    finally:
+        shm.destroy_shared_memory_region(region)
     try:
         _infer(client, http, np.zeros((1, 3), np.float32), binary=True, request_id="h-3")
         out["wrong_shape"] = None
