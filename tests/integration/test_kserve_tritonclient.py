@@ -35,7 +35,8 @@ def run_probe(scenario: str, target: str, given: dict[str, Any]) -> dict[str, An
     return result
 
 
-GIVEN = {"x": X.tolist(), "prompt": PROMPT, "max_tokens": MAX_TOKENS}
+TEXTS = ["hello world", "the Open Inference Protocol"]
+GIVEN = {"x": X.tolist(), "prompt": PROMPT, "max_tokens": MAX_TOKENS, "texts": TEXTS}
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,18 @@ def test_infer_outputs_equal_sluices_own_infer(grpc_run: dict[str, Any], own: tu
     for key in ("y", "y_contents", "y_async"):
         np.testing.assert_allclose(np.array(grpc_run[key], dtype=np.float32), rows, rtol=1e-5, atol=1e-6)
     assert grpc_run["id"] == "r-1"
+
+
+def test_bytes_in_and_int32_out_equal_sluices_own_infer(
+    grpc_run: dict[str, Any], server: ServerProcess
+) -> None:
+    with SluiceClient(server.target) as client:
+        own = [client.infer("all-minilm-l6-v2", {"text": [t]}).outputs for t in TEXTS]
+    assert grpc_run["embedding_datatypes"] == ["FP32", "INT32"]
+    for row, outputs in enumerate(own):
+        # A text's vector depends on its batch mates only through float rounding (README, Embeddings).
+        np.testing.assert_allclose(grpc_run["embedding"][row], outputs["embedding"], atol=1e-5)
+        assert grpc_run["tokens"][row] == outputs["tokens"].tolist()
 
 
 def test_stream_streams_the_tokens_of_sluices_own_generate(

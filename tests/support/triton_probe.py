@@ -77,6 +77,14 @@ def grpc_scenario(target: str, given: dict[str, Any]) -> dict[str, Any]:
     result, error = done.get(timeout=60)
     out["y_async"] = None if error else result.as_numpy("y").tolist()
     out["stream"] = _stream_text(client, g, "byte-lm", given["prompt"], given["max_tokens"])
+    # BYTES in, FP32 and INT32 out: the embedding model, two texts in one request.
+    texts = g.InferInput("text", [len(given["texts"]), 1], "BYTES")
+    texts.set_data_from_numpy(np.array([[t.encode()] for t in given["texts"]], dtype=object))
+    wanted = [g.InferRequestedOutput("embedding"), g.InferRequestedOutput("tokens")]
+    embedded = client.infer("all-minilm-l6-v2", [texts], outputs=wanted)
+    out["embedding"] = embedded.as_numpy("embedding").tolist()
+    out["tokens"] = embedded.as_numpy("tokens").tolist()
+    out["embedding_datatypes"] = [o.datatype for o in embedded.get_response().outputs]
     for name, call in {
         "wrong_shape": lambda: _infer(client, g, "x", np.zeros((1, 7), np.float32), "FP32"),
         "wrong_datatype": lambda: _infer(client, g, "x", np.zeros((1, 512), np.int32), "INT32"),
