@@ -1,5 +1,6 @@
-"""The v2 RPCs that admission guards: ModelInfer shares the Infer models' gates, ModelStreamInfer the
-Generate models' gates, so a v2 call and a call on Sluice's own API wait in the same queue by priority."""
+"""The v2 RPCs that admission guards: ModelInfer shares the Infer models' gates, ModelStreamInfer every
+model's (a Generate model's messages stream tokens, a tensor model's get one answer each, as Triton's
+non-decoupled models do), so a v2 call and a call on Sluice's own API wait in the same queue by priority."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def kserve_methods(infer_gates: Gates, generate_gates: Gates) -> dict[str, Guard
         MODEL_STREAM_INFER: GuardedMethod(
             "ModelStreamInfer",
             request,
-            dict(generate_gates),
-            dict.fromkeys(infer_gates, "ModelInfer"),
+            {**infer_gates, **generate_gates},
+            {},
             work_of=_max_tokens,
             model_field_name="model_name",
             view=V2Call,

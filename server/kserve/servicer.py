@@ -1,6 +1,7 @@
 """KServeServicer: the v2 RPCs as thin methods over the server's own parts. ModelInfer decodes a batch of
 rows and submits each to the model's dynamic batcher; ModelStreamInfer submits each admitted message to
-the continuous scheduler and streams its chunks, many messages at once on one stream. Model repository,
+the continuous scheduler and streams its chunks (a tensor model's message gets its one answer), many
+messages at once on one stream. Model repository,
 statistics, CUDA shared memory, trace and log settings answer UNIMPLEMENTED with a message."""
 
 from __future__ import annotations
@@ -79,25 +80,28 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: V2Call, context: Context) -> v2.ModelInferResponse:  # type: ignore[override]
         try:
-            replicas = self.servicer.batchers.get(request.model)
-            if replicas is None:
-                raise ModelNotFound(request.model, list(self.servicer.batchers))
-            batcher = replicas[CHOSEN.get()]
-            batch = decode_infer(request, batcher.model.descriptor, self._reader())
-            remaining = context.time_remaining()
-            deadline = None if remaining is None else time.monotonic() + remaining
-            wait = ADMISSION_WAIT.get()
-            items = batch.items
-            if len(items) == 1:  # the common call: no task per row
-                results = [await batcher.submit(items[0], deadline, admission_wait_s=wait)]
-            else:
-                results = list(
-                    await asyncio.gather(*(batcher.submit(i, deadline, admission_wait_s=wait) for i in items))
-                )
-            return encode_infer(request.model, request.request_id, results, batch.requested)
+            return await self._infer(request, context)
         except SluiceError as error:
             await abort(context, error)
             raise
+
+    async def _infer(self, request: V2Call, context: Context) -> v2.ModelInferResponse:
+        replicas = self.servicer.batchers.get(request.model)
+        if replicas is None:
+            raise ModelNotFound(request.model, list(self.servicer.batchers))
+        batcher = replicas[CHOSEN.get()]
+        batch = decode_infer(request, batcher.model.descriptor, self._reader())
+        remaining = context.time_remaining()
+        deadline = None if remaining is None else time.monotonic() + remaining
+        wait = ADMISSION_WAIT.get()
+        items = batch.items
+        if len(items) == 1:  # the common call: no task per row
+            results = [await batcher.submit(items[0], deadline, admission_wait_s=wait)]
+        else:
+            results = list(
+                await asyncio.gather(*(batcher.submit(i, deadline, admission_wait_s=wait) for i in items))
+            )
+        return encode_infer(request.model, request.request_id, results, batch.requested)
 
     def _reader(self) -> ReadRegion:
         tenant = CALLER.get()
@@ -147,6 +151,17 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
 
     async def _generate(self, item: Admitted, context: Context, out: asyncio.Queue[Any]) -> None:
         call: V2Call = item.request
+        if call.model in self.servicer.batchers:  # a tensor model on a stream: one response, as Triton's
+            try:
+                answer: v2.ModelStreamInferResponse = v2.ModelStreamInferResponse(
+                    infer_response=await self._infer(call, context)
+                )
+            except SluiceError as error:
+                answer = _error(error)
+            finally:
+                item.slot.release()
+            await out.put(answer)
+            return
         try:
             spec = decode_generate_call(call)
             replicas = self.servicer.schedulers.get(spec.model)

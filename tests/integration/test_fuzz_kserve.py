@@ -158,6 +158,6 @@ def test_fuzzed_v2_calls_never_end_internal_or_unknown(
 
 def test_after_the_v2_fuzz_run_the_server_serves_and_holds_nothing(server: ServerProcess) -> None:
     print(f"\nfuzzed v2 outcomes: {dict(SEEN)}")
-    assert sum(SEEN.values()) >= 200 and SEEN["OK"] >= 20 and len(SEEN) >= 4, SEEN
+    assert sum(SEEN.values()) >= 200 and SEEN["OK"] >= 10 and len(SEEN) >= 4, SEEN
     wait_until(lambda: server.metric("sluice_requests_in_flight") == 0, what="nothing in flight")
     wait_until(lambda: server.metric("sluice_sequences_active") == 0, what="no sequence left")

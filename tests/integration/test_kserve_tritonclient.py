@@ -77,7 +77,7 @@ def test_metadata_and_config_are_what_triton_clients_read(grpc_run: dict[str, An
 
 def test_infer_outputs_equal_sluices_own_infer(grpc_run: dict[str, Any], own: tuple[np.ndarray, str]) -> None:
     rows, _ = own
-    for key in ("y", "y_contents", "y_async"):
+    for key in ("y", "y_contents", "y_async", "y_stream"):
         np.testing.assert_allclose(np.array(grpc_run[key], dtype=np.float32), rows, rtol=1e-5, atol=1e-6)
     assert grpc_run["id"] == "r-1"
 
@@ -134,7 +134,7 @@ def test_a_cancelled_stream_frees_its_slot(server: ServerProcess) -> None:
         try:
             assert proc.stdout is not None and proc.stdin is not None
             line = json.loads(proc.stdout.readline() or "{}")
-            assert line.get("first"), f"no first token: {line}"
+            assert line.get("answered"), f"no first token: {line}"
             assert server.metric("sluice_requests_admitted_total", **labels) == admitted + 1
             # The client is still connected: only the cancellation can have given the slot back.
             wait_until(

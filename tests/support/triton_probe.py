@@ -77,6 +77,13 @@ def grpc_scenario(target: str, given: dict[str, Any]) -> dict[str, Any]:
     result, error = done.get(timeout=60)
     out["y_async"] = None if error else result.as_numpy("y").tolist()
     out["stream"] = _stream_text(client, g, "byte-lm", given["prompt"], given["max_tokens"])
+    # A tensor model on a stream answers each request once, as Triton's non-decoupled models do.
+    streamed: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: streamed.put((result, error)))
+    client.async_stream_infer("mlp", [tensor], request_id="stream-mlp")
+    result, error = streamed.get(timeout=60)
+    client.stop_stream()
+    out["y_stream"] = _err(error) if error else result.as_numpy("y").tolist()
     # BYTES in, FP32 and INT32 out: the embedding model, two texts in one request.
     texts = g.InferInput("text", [len(given["texts"]), 1], "BYTES")
     texts.set_data_from_numpy(np.array([[t.encode()] for t in given["texts"]], dtype=object))
@@ -162,7 +169,9 @@ def cancel_scenario(target: str, given: dict[str, Any]) -> dict[str, Any]:
     result, error = answers.get(timeout=60)
     first = None if error else result.as_numpy("text_output")[0].decode()
     client.stop_stream(cancel_requests=True)
-    print(json.dumps({"first": first, "error": None if error is None else _err(error)}), flush=True)
+    # A first token's text may be empty (a byte that does not complete a character yet).
+    answered = error is None and first is not None
+    print(json.dumps({"answered": answered, "error": None if error is None else _err(error)}), flush=True)
     sys.stdin.readline()  # the test reads the server's counters while this client is still connected
     client.close()
     return {}
