@@ -70,7 +70,7 @@ def _end(seq: GenSequence, reason: FinishReason, chunk: TokenChunk) -> None:
     """Ends a stream that ran its course; a generation with tools turns its withheld text into calls."""
     if seq.tools is not None:
         shown = seq.tools.feed(chunk.text)
-        rest, calls = seq.tools.finish()
+        rest, calls = seq.tools.finish(cut=reason is FinishReason.LENGTH)
         chunk.text = shown + rest
         if calls and reason is FinishReason.STOP:
             chunk.tool_calls, reason = calls, FinishReason.TOOL_CALLS

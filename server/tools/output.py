@@ -36,10 +36,11 @@ class ToolOutput:
         self.held = self.held[len(visible) :]
         return visible
 
-    def finish(self) -> tuple[str, tuple[ToolCall, ...]]:
-        """The text still to show and the calls, when the stream ends."""
-        calls = parse_calls(self.captured, self.names) if self.captured else ()
-        if calls:
+    def finish(self, *, cut: bool = False) -> tuple[str, tuple[ToolCall, ...]]:
+        """The text still to show and the calls, when the stream ends; `cut` (max_tokens) drops a last call
+        left incomplete after complete ones."""
+        calls, complete = parse_calls(self.captured, self.names) if self.captured else ((), True)
+        if calls and (complete or cut):
             return self.held, calls
         return self.held + self.captured, ()
 
@@ -52,25 +53,22 @@ def _partial_tag(text: str) -> int:
     return 0
 
 
-def parse_calls(text: str, names: frozenset[str]) -> tuple[ToolCall, ...]:
-    """Every complete call in the text; () unless all of them parse and name a declared function."""
+def parse_calls(text: str, names: frozenset[str]) -> tuple[tuple[ToolCall, ...], bool]:
+    """The calls that parse, in order, and whether that was the whole text (no incomplete or stray rest);
+    a call that names no declared function, or whose arguments are no object, ends the parse."""
     calls = []
     rest = text.strip()
     while rest:
-        if not rest.startswith(OPEN):
-            return ()
         end = rest.find(CLOSE)
-        if end < 0:
-            return ()
-        body, rest = rest[len(OPEN) : end].strip(), rest[end + len(CLOSE) :].strip()
+        if not rest.startswith(OPEN) or end < 0:
+            return tuple(calls), False
         try:
-            value = json.loads(body)
+            value = json.loads(rest[len(OPEN) : end])
         except ValueError:
-            return ()
-        if not isinstance(value, dict) or value.get("name") not in names:
-            return ()
-        arguments = value.get("arguments", {})
-        if not isinstance(arguments, dict):
-            return ()
+            return tuple(calls), False
+        arguments = value.get("arguments", {}) if isinstance(value, dict) else None
+        if not isinstance(arguments, dict) or value.get("name") not in names:
+            return tuple(calls), False
         calls.append(ToolCall(f"call_{secrets.token_hex(12)}", value["name"], json.dumps(arguments)))
-    return tuple(calls)
+        rest = rest[end + len(CLOSE) :].strip()
+    return tuple(calls), True

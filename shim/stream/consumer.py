@@ -48,6 +48,7 @@ class Piece:
     finish_reason: str | None
     usage: pb.Usage
     error: ErrorBody | None
+    tool_calls: Sequence[pb.ToolCall] = ()  # on the last piece, when finish_reason is tool_calls
 
     @classmethod
     def of(cls, index: int, message: pb.GenerateResponse) -> Piece:
@@ -57,7 +58,16 @@ class Piece:
         error = None
         if message.HasField("error"):
             error = from_stream_error(message.error.code, message.error.message, message.error.reason)
-        return cls(index, message.text, message.token_ids, message.logprobs, finish, message.usage, error)
+        return cls(
+            index,
+            message.text,
+            message.token_ids,
+            message.logprobs,
+            finish,
+            message.usage,
+            error,
+            message.tool_calls,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,7 @@ class Choice:
     finish_reason: str
     usage: pb.Usage
     error: ErrorBody | None
+    tool_calls: Sequence[pb.ToolCall] = ()
 
 
 Event = Piece | Failed | Heartbeat
@@ -139,7 +150,14 @@ class Generations:
             logprobs.extend(piece.logprobs)
             if piece.finish_reason is not None:
                 return Choice(
-                    index, "".join(texts), token_ids, logprobs, piece.finish_reason, piece.usage, piece.error
+                    index,
+                    "".join(texts),
+                    token_ids,
+                    logprobs,
+                    piece.finish_reason,
+                    piece.usage,
+                    piece.error,
+                    piece.tool_calls,
                 )
             message = await self.calls[index].read()
         raise upstream_protocol_error(_ENDED_EARLY)
