@@ -56,7 +56,7 @@ def _partial_tag(text: str) -> int:
 def parse_calls(text: str, names: frozenset[str]) -> tuple[tuple[ToolCall, ...], bool]:
     """The calls that parse, in order, and whether that was the whole text (no incomplete or stray rest);
     a call that names no declared function, or whose arguments are no object, ends the parse."""
-    calls = []
+    calls: list[ToolCall] = []
     rest = text.strip()
     while rest:
         end = rest.find(CLOSE)
