@@ -8,7 +8,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from shim.openai.structured import NamedToolChoice, ResponseFormat, Shaping, ToolParam, response_constraint
+from shim.openai.structured import (
+    NamedToolChoice,
+    ParamError,
+    ResponseFormat,
+    Shaping,
+    ToolParam,
+    response_constraint,
+)
 from shim.proto_values import Int32, Text, UInt64
 from wire.constraint import Constraint
 
@@ -135,12 +142,13 @@ class ChatCompletionRequest(_Sampling):
         if self.function_call not in (None, "none"):
             raise Unsupported("function_call", "the deprecated function_call; send tool_choice")
         if self.tool_choice not in (None, "none") and not self.tools:
-            raise ValueError("tool_choice needs tools")
+            raise ParamError("tool_choice", "tool_choice needs tools")
         names = [t.function.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise ParamError("tools", "tool names must be unique")
         if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
-            raise ValueError(
-                f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools"
-            )
+            chosen = self.tool_choice.function.name
+            raise ParamError("tool_choice", f"tool_choice names {chosen!r}, which is not among the tools")
         self.output_constraint  # noqa: B018 - refuses two constraints at once, while parsing
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")

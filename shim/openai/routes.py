@@ -24,7 +24,7 @@ from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
 from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
-from shim.openai.structured import OneConstraint
+from shim.openai.structured import ParamError
 from shim.refusals import invalid_argument
 from shim.stream.consumer import Choice, Generations, respond
 from shim.upstream.call_options import CallOptions, call_options
@@ -65,7 +65,7 @@ def parse(raw: bytes, schema: type[BodyT]) -> BodyT:
         errors = exc.errors(include_url=False, include_input=False)
         for error in errors:
             cause = error.get("ctx", {}).get("error")
-            if isinstance(cause, OneConstraint):
+            if isinstance(cause, ParamError):
                 violation = FieldViolation(cause.param, str(cause))
                 raise invalid_argument(
                     str(cause), reason="CONFLICTING_PARAMETERS", violations=(violation,)

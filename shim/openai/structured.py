@@ -18,12 +18,21 @@ Penalty = Annotated[float, Field(ge=-2, le=2)]
 Bias = Annotated[float, Field(ge=-100, le=100)]
 
 
-class OneConstraint(ValueError):
+class ParamError(ValueError):
+    """A parameter at odds with the rest of the request; `param` names it for the error's `param`."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class OneConstraint(ParamError):
     """Two ways of constraining the output at once; `param` names the second."""
 
     def __init__(self, param: str) -> None:
-        super().__init__(f"{param}: only one of response_format, structured_outputs and guided_* may be set")
-        self.param = param
+        super().__init__(
+            param, f"{param}: only one of response_format, structured_outputs and guided_* may be set"
+        )
 
 
 class JsonSchemaFormat(BaseModel):
