@@ -186,3 +186,20 @@ def test_two_constraints_at_once_are_refused_naming_the_second(sdk: openai.OpenA
             extra_body={"guided_json": "[" * 10_000 + "]" * 10_000},  # type: ignore[arg-type]
         )
     assert bad.value.body["param"] == "response_format"  # type: ignore[index]
+
+
+def test_the_native_json_family_takes_a_constraint_and_penalties(shim: ShimProcess) -> None:
+    import httpx
+
+    body = {
+        "model": "byte-lm", "prompt": "x", "seed": 5, "max_tokens": 32, "frequency_penalty": 0.5,
+        "constraint": {"json_schema": {"type": "object", "properties": {"n": {"enum": [1, 2]}}}},
+    }  # fmt: skip
+    answer = httpx.post(f"{shim.url}/v1/generate", json=body, timeout=30).json()
+    assert json.loads(answer["text"]).get("n", 1) in (1, 2), answer
+    both = {**body, "constraint": {"regex": "a", "choice": ["b"]}}
+    refused = httpx.post(f"{shim.url}/v1/generate", json=both, timeout=30)
+    assert refused.status_code == 422, refused.text  # the native family's validation status
+    hostile = {**body, "constraint": {"regex": "(unclosed"}}
+    refused = httpx.post(f"{shim.url}/v1/generate", json=hostile, timeout=30)
+    assert refused.status_code == 400 and "constraint.regex" in refused.text, refused.text
