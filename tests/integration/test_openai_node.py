@@ -32,3 +32,32 @@ def test_the_node_sdk_streams_a_chat_completion(shim: ShimProcess) -> None:
     result = json.loads(out.stdout)
     assert result["role"] == "assistant" and result["chunks"] >= 3
     assert result["streamed"] == result["whole"] and result["streamed"]
+
+
+def test_the_node_sdk_gets_schema_valid_json_and_tool_calls(shim: ShimProcess) -> None:
+    """Issue 20, acceptance 1: the npm `openai` package, unchanged, against the shim."""
+    import jsonschema
+
+    script = ROOT / "tests" / "integration" / "node" / "openai_structured.js"
+    out = subprocess.run(
+        ["node", str(script), f"{shim.url}/v1", "byte-lm", "50"],
+        env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 6}, "ok": {"type": "boolean"}},
+        "required": ["name", "ok"],
+        "additionalProperties": False,
+    }
+    for content in result["contents"]:
+        jsonschema.validate(json.loads(content), schema)
+    (call,) = result["call"]
+    assert result["finish"] == "tool_calls" and call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+    assert [d["function"]["arguments"] for d in result["deltas"]] == [call["function"]["arguments"]]
