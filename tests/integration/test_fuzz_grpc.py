@@ -93,7 +93,61 @@ def generate_requests(draw: st.DrawFn) -> pb.GenerateRequest:
         request.text = draw(st.one_of(st.text(max_size=60), st.text(min_size=1100, max_size=1200)))
     elif draw(st.booleans()):
         request.token_ids.ids.extend(draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=12)))
+    elif draw(st.booleans()):
+        request.chat.messages.add(role=draw(texts), content=draw(texts), tool_call_id=draw(texts))
+    if draw(st.booleans()):
+        _logits_settings(draw, sampling)
+    if draw(st.booleans()):
+        request.constraint.CopyFrom(draw(constraints()))
+    if draw(st.booleans()):
+        request.tools.add(name=draw(texts), parameters_json=draw(st.one_of(texts, json_texts)))
+        request.tool_choice.mode = draw(st.integers(-1, 5))
+        if draw(st.booleans()):
+            request.tool_choice.function = draw(texts)
     return request
+
+
+# JSON-ish text: schemas that are valid, malformed, huge, deeply nested or pathological.
+json_texts = st.one_of(
+    st.sampled_from([
+        "{}", '{"type": "object"}', '{"type": "string", "pattern": "(a+)+$"}', "[" * 5000, "{" * 20000,
+        '{"$ref": "#"}', '{"type": "integer", "minimum": 5, "maximum": 1}', "null", "not json",
+    ]),
+    st.recursive(st.just("{}"), lambda inner: inner.map(lambda x: f'{{"anyOf": [{x}, {x}]}}'), max_leaves=64),
+    st.text(max_size=200),
+)  # fmt: skip
+
+
+@st.composite
+def constraints(draw: st.DrawFn) -> pb.Constraint:
+    kind = draw(st.sampled_from(["json_schema", "json_object", "regex", "choice", "grammar", "none"]))
+    message = pb.Constraint()
+    if kind == "json_schema":
+        message.json_schema = draw(json_texts)
+    elif kind == "json_object":
+        message.json_object.SetInParent()
+    elif kind == "regex":
+        message.regex = draw(
+            st.one_of(texts, st.sampled_from(["(a+)+b", "a{1000000}", "[", "(?=x)", "\\p{L}+"]))
+        )
+    elif kind == "choice":
+        message.choice.options.extend(draw(st.lists(texts, max_size=5)))
+    elif kind == "grammar":
+        grammar = st.sampled_from(
+            ['start: "a" start', "start: start", "root ::= [a-", "start: /(a|aa)*/", ""]
+        )
+        message.grammar.text = draw(st.one_of(texts, grammar))
+        message.grammar.syntax = draw(st.integers(-1, 4))
+    return message
+
+
+def _logits_settings(draw: st.DrawFn, sampling: pb.SamplingParams) -> None:
+    sampling.presence_penalty = draw(floats)
+    sampling.frequency_penalty = draw(floats)
+    sampling.repetition_penalty = draw(floats)
+    for token in draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=4)):
+        sampling.logit_bias[token] = draw(floats)
+    sampling.stop_token_ids.extend(draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=4)))
 
 
 @st.composite
