@@ -28,7 +28,10 @@ def _executor() -> llguidance.LLExecutor:
 
 
 def _masks(states: list[RowState], vocab_size: int, eos_id: int) -> np.ndarray:
-    """The allowed-token bits [rows, vocab] (uint8 0/1) of each grammar row, on the masks thread."""
+    """Each grammar row's additive mask [rows, vocab] (0 allowed, -inf not), on the masks thread: the
+    matchers first take the tokens sampled since the last step."""
+    for state in states:
+        state.advance()
     words = (vocab_size + 31) // 32
     out = np.zeros((len(states), words), dtype=np.int32)
     live = [(s.matcher, i) for i, s in enumerate(states) if s.matcher is not None and not s.ended]
@@ -37,8 +40,8 @@ def _masks(states: list[RowState], vocab_size: int, eos_id: int) -> np.ndarray:
     for i, state in enumerate(states):
         if state.ended:  # nothing more may follow: EOS only (the row's token is discarded anyway)
             out[i, eos_id // 32] = np.int32(np.uint32(1 << (eos_id % 32)).view(np.int32))
-    bits = np.unpackbits(out.view(np.uint8), axis=1, bitorder="little")
-    return bits[:, :vocab_size]
+    bits = np.unpackbits(out.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
+    return np.where(bits, np.float32(0), np.float32(-np.inf))
 
 
 def start(rows: Rows, vocab_size: int, eos_id: int | None) -> concurrent.futures.Future[np.ndarray] | None:
@@ -75,12 +78,17 @@ def process(logits: torch.Tensor, rows: Rows, masks: concurrent.futures.Future[n
             logits[row].index_add_(0, state.bias_ids, state.bias_values.to(logits.dtype))
     if masks is not None:
         grammar = [row for row, state, _ in rows if state.matcher is not None]
-        allowed = torch.from_numpy(masks.result()).to(logits.device, non_blocking=True).bool()
-        index = torch.tensor(grammar, device=logits.device)
-        logits[index] = logits[index].masked_fill(~allowed[:, : logits.shape[-1]], float("-inf"))
+        bias = torch.from_numpy(masks.result()).to(logits.device, logits.dtype, non_blocking=True)
+        width = min(bias.shape[-1], logits.shape[-1])
+        if len(grammar) == len(logits) and width == logits.shape[-1]:
+            logits += bias  # every row constrained: no gather
+        else:
+            index = torch.tensor(grammar, device=logits.device)
+            logits[index, :width] += bias[:, :width]
 
 
 def accept(rows: Rows, tokens: list[int]) -> None:
-    """Each row's sampled token into its state (the matcher advances, the counts grow)."""
+    """Each row's sampled token into its state (the counts grow; the matcher takes it with the next
+    step's masks)."""
     for row, state, _ in rows:
         state.accept(tokens[row])

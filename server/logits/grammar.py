@@ -113,7 +113,7 @@ def to_grammar(constraint: Constraint) -> str:
         return str(llguidance.LLMatcher.grammar_from_lark(text))
     except InvalidArgument:
         raise
-    except Exception as error:  # noqa: BLE001 - the libraries raise their own types for a bad grammar
+    except Exception as error:
         raise InvalidArgument(f"invalid {constraint.kind}: {str(error)[:200]}", field=field) from None
 
 

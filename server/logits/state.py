@@ -2,7 +2,9 @@
 penalties and bias, and the tokens the model's thread has sampled for it. The scheduler plans a step
 before the last one's tokens are delivered, and discards tokens of sequences preempted or ended
 meanwhile, so every step first brings the state to the number of tokens the sequence will have
-(`sync`): tokens beyond it are rolled back, in the matcher and in the counts."""
+(`sync`): tokens beyond it are dropped from the counts at once, and from the matcher (rolled back) by
+`advance`, which also feeds the matcher the tokens it has not seen - on the masks thread, beside the
+forward pass, never at the same time as the model's thread touches the matcher."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ class RowState:
     __slots__ = (
         "bias_ids",
         "bias_values",
+        "consumed",
         "counts",
         "frequency",
         "matcher",
@@ -40,6 +43,7 @@ class RowState:
         self.matcher = matcher
         self.presence, self.frequency, self.repetition = presence, frequency, repetition
         self.tokens: list[int] = []
+        self.consumed = 0  # tokens the matcher has taken (it may lag `tokens`, or lead it until advance)
         penalised = presence != 0 or frequency != 0 or repetition != 1
         self.counts = torch.zeros(vocab_size, dtype=torch.float32, device=device) if penalised else None
         self.prompt_seen: torch.Tensor | None = None
@@ -63,18 +67,28 @@ class RowState:
             return
         dropped = self.tokens[generated:]
         del self.tokens[generated:]
-        if self.matcher is not None and not self.matcher.is_error():
-            self.matcher.rollback(extra)
         if self.counts is not None:
             for token in dropped:
                 self.counts[token] -= 1
 
     def accept(self, token: int) -> None:
         self.tokens.append(token)
-        if self.matcher is not None and not self.matcher.is_stopped():
-            self.matcher.consume_token(token)
         if self.counts is not None:
             self.counts[token] += 1
+
+    def advance(self) -> None:
+        """The matcher to exactly `tokens` (masks thread): back over dropped ones, on over new ones."""
+        matcher = self.matcher
+        assert matcher is not None
+        if self.consumed > len(self.tokens):
+            if not matcher.is_error():
+                matcher.rollback(self.consumed - len(self.tokens))
+            self.consumed = len(self.tokens)
+        for token in self.tokens[self.consumed :]:
+            if matcher.is_stopped() or matcher.is_error():
+                break
+            matcher.consume_token(token)
+        self.consumed = len(self.tokens)
 
     @property
     def ended(self) -> bool:
