@@ -75,7 +75,9 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(llama: Path) -> Iterator[ServerProcess]:
-    process = start_server("--models", "byte-lm,llama", "--hf-models", f"llama={llama}", "--max-queue", "1024")
+    process = start_server(
+        "--models", "byte-lm,llama", "--hf-models", f"llama={llama}", "--max-queue", "1024"
+    )
     yield process
     assert process.terminate() == 0, process.diagnostics()
 
@@ -286,3 +288,18 @@ def test_a_backtracking_regex_is_bounded_and_harms_no_one(server: ServerProcess)
     text = "".join(c.text for c in chunks)
     assert re.fullmatch("a*", text[:-1]) and (text.endswith("b") or chunks[-1].finish_reason == "length")
     assert plain[-1].finish_reason in ("length", "stop")
+
+
+def test_auto_shows_the_text_and_parses_the_call_the_model_writes(server: ServerProcess) -> None:
+    """`auto`: the model may write text, a call, or both; a regex stands in for a model that knows the
+    format, so the output is a sentence and then a call."""
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": 3}}\n</tool_call>'
+    writes = Constraint.regex(re.escape("On it. " + call))
+    with SluiceClient(server.target) as client:
+        chunks = list(client.generate(
+            "byte-lm", [ChatMessage("user", "time?")], tools=[CLOCK], constraint=writes, max_tokens=200,
+        ))  # fmt: skip
+    assert "".join(c.text for c in chunks) == "On it. "
+    (made,) = chunks[-1].tool_calls
+    assert chunks[-1].finish_reason == "tool_calls" and made.name == "get_time"
+    assert json.loads(made.arguments) == {"zone": 3} and made.id.startswith("call_")
