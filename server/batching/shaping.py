@@ -33,13 +33,15 @@ class OutputShaping:
         self.grammars = GrammarCompiler(model)
 
     async def prepare(self, spec: GenerateSpec) -> llguidance.LLMatcher | None:
-        """The request's matcher, compiled on a thread; size limits are checked here first, so an
-        oversize constraint is refused without compiling anything."""
+        """The request's matcher, compiled on a thread (or copied from the cache); size limits are checked
+        here first, so an oversize constraint is refused without compiling anything."""
         constraint = effective_constraint(spec)
         if constraint is None:
             return None
         self.grammars.check(constraint)
-        return await asyncio.to_thread(self.grammars.matcher, constraint)
+        # A cached constraint is copied here: a hop to a thread would let the request miss the next step.
+        cached = self.grammars.cached(constraint)
+        return cached if cached is not None else await asyncio.to_thread(self.grammars.matcher, constraint)
 
     def attach(self, seq: GenSequence, spec: GenerateSpec, matcher: llguidance.LLMatcher | None) -> None:
         """Gives the sequence its logits state and tool output; compiles here (bounded by the limits) when

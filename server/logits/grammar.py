@@ -134,15 +134,22 @@ class GrammarCompiler:
             )
         _check_size(constraint)
 
+    def cached(self, constraint: Constraint) -> llguidance.LLMatcher | None:
+        """A copy of the cached template (about 0.1 ms: fine on the event loop), or None."""
+        with self._lock:
+            template = self._cache.get(constraint)
+            if template is None:
+                return None
+            self._cache.move_to_end(constraint)
+            self.hits += 1
+        return template.deep_copy()
+
     def matcher(self, constraint: Constraint) -> llguidance.LLMatcher:
         """A fresh matcher for one request (call off the event loop); the compiled template is cached."""
         self.check(constraint)
-        with self._lock:
-            template = self._cache.get(constraint)
-            if template is not None:
-                self._cache.move_to_end(constraint)
-                self.hits += 1
-                return template.deep_copy()
+        copy = self.cached(constraint)
+        if copy is not None:
+            return copy
         grammar = to_grammar(constraint)
         template = llguidance.LLMatcher(grammar_tokenizer(self.model), grammar, log_level=0, limits=LIMITS)
         if template.is_error():
