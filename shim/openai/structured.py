@@ -7,6 +7,7 @@ translation into the Generate request's constraint, tools and sampling fields: `
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -130,7 +131,9 @@ class Shaping(BaseModel):
                 found.append(("structured_outputs.json_object", Constraint.json_object()))
         return found
 
-    def constraint(self, extra: list[tuple[str, Constraint]] = ()) -> Constraint | None:  # type: ignore[assignment]
+    def constraint(self, extra: Sequence[tuple[str, Constraint]] = ()) -> Constraint | None:
+        """The one constraint asked for (`extra`: the route's own, as response_format), or None; two are
+        refused naming the second."""
         found = [*extra, *self._constraints()]
         if len(found) > 1:
             raise OneConstraint(found[1][0])
