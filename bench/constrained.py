@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import glob
 import json
 import statistics
@@ -99,6 +100,7 @@ class Run:
         self.ttft: dict[bool, list[float]] = {True: [], False: []}
         self.start: dict[bool, float] = {True: float("inf"), False: float("inf")}
         self.end: dict[bool, float] = {True: 0.0, False: 0.0}
+        self.hostile = 0
 
     def rate(self, constrained: bool) -> float:
         return self.tokens[constrained] / (self.end[constrained] - self.start[constrained])
@@ -124,12 +126,40 @@ async def _stream(
             run.end[constrained] = max(run.end[constrained], now)
 
 
-async def _load(target: str, streams: int, tokens: int, constrained: int) -> Run:
-    """`streams` streams at once, the first `constrained` of them under the schema."""
+# What a hostile caller sends meanwhile: refused by the limits before compiling, or compiled under them.
+HOSTILE = [
+    pb.Constraint(json_schema="[" * 10_000 + "]" * 10_000),
+    pb.Constraint(regex="|".join(f"(a{i}b+)+c" for i in range(3000))[:60_000]),
+    pb.Constraint(grammar=pb.Grammar(text="start: " + " | ".join(f'"w{i}" start' for i in range(5000)))),
+]
+
+
+async def _hostile(stub: pb_grpc.InferenceServiceStub, stop: asyncio.Event) -> int:
+    """Sends hostile constraints one after another until `stop`; returns how many were answered."""
+    answered = 0
+    while not stop.is_set():
+        for constraint in HOSTILE:
+            request = pb.GenerateRequest(model=MODEL, text="x", sampling=pb.SamplingParams(max_tokens=4))
+            request.constraint.CopyFrom(constraint)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                async for _ in stub.Generate(request, timeout=60):
+                    pass
+            answered += 1
+    return answered
+
+
+async def _load(target: str, streams: int, tokens: int, constrained: int, *, hostile: bool = False) -> Run:
+    """`streams` streams at once, the first `constrained` of them under the schema; with `hostile`, a
+    caller sends hostile constraints all the while."""
     run = Run()
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceServiceStub(channel)
+        stop = asyncio.Event()
+        attacker = asyncio.create_task(_hostile(stub, stop)) if hostile else None
         await asyncio.gather(*(_stream(stub, i, tokens, i < constrained, run) for i in range(streams)))
+        stop.set()
+        if attacker is not None:
+            run.hostile = await attacker
     return run
 
 
@@ -191,7 +221,7 @@ def main() -> None:
             f"CPU: {name}; seeded Llama {CONFIG}, BPE vocabulary of {CONFIG['vocab_size']}, {args.streams} "
             f"streams x {tokens} tokens, temperature 1, {repeats} repeat(s), gRPC client in-process"
         )
-        free, every, one, made = [], [], [], []
+        free, every, one, made, beside, hostile = [], [], [], [], [], []
         ttft_free, ttft_constrained = [], []
         with running(*flags) as (server, _):
             asyncio.run(_load(server.target, args.streams, 8, args.streams))  # warm-up: compile, first steps
@@ -200,6 +230,9 @@ def main() -> None:
                 constrained = asyncio.run(_load(server.target, args.streams, tokens, args.streams))
                 mixed = asyncio.run(_load(server.target, args.streams, tokens, 1))
                 free.append(plain.rate(False))
+                attacked = asyncio.run(_load(server.target, args.streams - 1, tokens, 0, hostile=True))
+                beside.append(attacked.rate(False) / (free[-1] * (args.streams - 1) / args.streams))
+                hostile.append(attacked.hostile)
                 every.append(constrained.rate(True))
                 made.append(constrained.tokens[True] / (args.streams * tokens))
                 # The 31 unconstrained streams of the mixed run against 31/32 of the all-free run's rate.
@@ -213,6 +246,10 @@ def main() -> None:
     print(f"  {n} under a JSON schema: {spread(every)}   ratio {spread(ratios, digits=2)}")
     print(f"  (constrained streams made {spread(made, 100, 1)}% of max_tokens; the rest ended in the schema)")
     print(f"  1 constrained among {n - 1}, the others' rate / unconstrained: {spread(one, digits=3)}")
+    print(
+        f"  {n - 1} unconstrained beside a caller sending hostile constraints ({spread(hostile)} answered "
+        f"per run), their rate / unconstrained: {spread(beside, digits=3)}"
+    )
     ttfts = f"unconstrained {spread(ttft_free, 1000, 1)}, constrained {spread(ttft_constrained, 1000, 1)}"
     print(f"TTFT p50, ms: {ttfts}")
     print(
