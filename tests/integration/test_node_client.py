@@ -19,9 +19,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def node(server: ServerProcess, *args: str) -> list[dict[str, object]]:
+def node(server: ServerProcess, *args: str, script: str | None = None) -> list[dict[str, object]]:
+    """cli.js's output lines, or those of an inline `script` given the target."""
+    command = (
+        ["node", "-e", script, server.target] if script else ["node", "cli.js", "--target", server.target]
+    )
     out = subprocess.run(
-        ["node", "cli.js", "--target", server.target, *args],
+        [*command, *args],
         cwd=NODE_DIR,
         capture_output=True,
         text=True,

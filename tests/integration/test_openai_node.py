@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,17 +21,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_the_node_sdk_streams_a_chat_completion(shim: ShimProcess) -> None:
+def run_script(script: Path, *args: str) -> dict[str, Any]:
+    """A script's one JSON line, run with the npm packages of clients/node."""
     out = subprocess.run(
-        ["node", str(SCRIPT), f"{shim.url}/v1", "byte-lm"],
+        ["node", str(script), *args],
         env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def test_the_node_sdk_streams_a_chat_completion(shim: ShimProcess) -> None:
+    result = run_script(SCRIPT, f"{shim.url}/v1", "byte-lm")
     assert result["role"] == "assistant" and result["chunks"] >= 3
     assert result["streamed"] == result["whole"] and result["streamed"]
 
@@ -39,16 +47,7 @@ def test_the_node_sdk_gets_schema_valid_json_and_tool_calls(shim: ShimProcess) -
     import jsonschema
 
     script = ROOT / "tests" / "integration" / "node" / "openai_structured.js"
-    out = subprocess.run(
-        ["node", str(script), f"{shim.url}/v1", "byte-lm", "50"],
-        env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    result = run_script(script, f"{shim.url}/v1", "byte-lm", "50")
     schema = {
         "type": "object",
         "properties": {"name": {"type": "string", "maxLength": 6}, "ok": {"type": "boolean"}},
