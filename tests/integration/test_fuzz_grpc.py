@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
@@ -238,6 +238,21 @@ def call(channel: grpc.Channel, method: str, raw: bytes) -> grpc.StatusCode:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(case=calls)
+# Kinds of answer the run must reach whatever the draws: a model served by the other RPC, and a
+# constrained stream that runs.
+@example(case=("Generate", pb.GenerateRequest(model="mlp", text="x").SerializeToString()))
+@example(case=("Infer", pb.InferRequest(model="byte-lm").SerializeToString()))
+@example(
+    case=(
+        "Generate",
+        pb.GenerateRequest(
+            model="byte-lm",
+            text="x",
+            constraint=pb.Constraint(regex="[ab]{3}"),
+            sampling=pb.SamplingParams(seed=1),
+        ).SerializeToString(),
+    )
+)
 def test_fuzzed_grpc_calls_never_end_internal_or_unknown(
     fuzz_channel: grpc.Channel, case: tuple[str, bytes]
 ) -> None:
