@@ -1,5 +1,6 @@
-"""Constrained generation (issue 20, acceptance 1 and 3) over gRPC: 1,000 seeded samples from the byte LM
-and from a seeded Hugging Face Llama with a BPE tokenizer under each kind of constraint all validate
+"""Constrained generation (issue 20, acceptance 1 and 3): 1,000 seeded samples from the byte LM and from a
+seeded Hugging Face Llama with a BPE tokenizer, through the shim with the openai SDK, under each kind of
+constraint all validate
 (jsonschema for schemas, re.fullmatch for regexes, membership for choices, llguidance's own parser for
 grammars); required and named tool calls always parse into a declared function with schema-valid
 arguments; penalties and logit_bias do what transformers' logits processors do; hostile constraints are
@@ -16,6 +17,7 @@ from typing import Any
 
 import jsonschema
 import llguidance
+import openai
 import pytest
 
 from clients import (
@@ -29,7 +31,7 @@ from clients import (
     ToolChoice,
 )
 from tests.support.hf_models import save_with_tokenizer
-from tests.support.processes import ServerProcess, start_server
+from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 transformers = pytest.importorskip("transformers")
 
@@ -71,6 +73,13 @@ CLOCK = Tool("get_time", "The time in a zone", json.dumps({
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_with_tokenizer(tmp_path_factory.mktemp("bpe-llama"), max_position_embeddings=2048)
+
+
+@pytest.fixture(scope="module")
+def shim(server: ServerProcess) -> Iterator[ShimProcess]:
+    process = start_shim(server.target)
+    yield process
+    process.terminate()
 
 
 @pytest.fixture(scope="module")
@@ -118,27 +127,42 @@ CONSTRAINTS = {
 }
 
 
-async def _samples(
-    target: str, model: str, constraint: Constraint, prompt: Any = "Answer: ", **kw: Any
-) -> list[Any]:
-    gate = asyncio.Semaphore(CONCURRENCY)
+GUIDED = {
+    "json_schema": {"guided_json": SCHEMA},
+    "regex": {"guided_regex": REGEX},
+    "choice": {"guided_choice": CHOICES},
+    "grammar": {"guided_grammar": GRAMMAR},
+}
+PER_REQUEST = 16  # the shim's most choices per request (n): seeds seed..seed+15
 
-    async def one(client: AsyncSluiceClient, seed: int) -> Any:
-        async with gate:
-            chunks = [c async for c in client.generate(model, prompt, constraint=constraint, seed=seed, **kw)]
-            return "".join(c.text for c in chunks), chunks[-1]
 
-    async with AsyncSluiceClient(target, timeout=120) as client:
-        return list(await asyncio.gather(*(one(client, seed) for seed in range(SAMPLES))))
+async def _samples(url: str, model: str, kind: str) -> list[tuple[str, str]]:
+    """SAMPLES seeded samples through the shim with the openai SDK: (text, finish_reason) each."""
+    gate = asyncio.Semaphore(CONCURRENCY // PER_REQUEST)
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk:
+
+        async def one(seed: int, n: int) -> list[tuple[str, str]]:
+            async with gate:
+                answer = await sdk.completions.create(
+                    model=model, prompt="Answer: ", n=n, seed=seed, temperature=1.0, max_tokens=96,
+                    extra_body=GUIDED[kind],
+                )  # fmt: skip
+            return [(c.text, c.finish_reason) for c in answer.choices]
+
+        starts = range(0, SAMPLES, PER_REQUEST)
+        batches = await asyncio.gather(*(one(s, min(PER_REQUEST, SAMPLES - s)) for s in starts))
+    return [sample for batch in batches for sample in batch]
 
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("kind", sorted(CONSTRAINTS))
-def test_every_seeded_sample_validates(server: ServerProcess, model: str, kind: str) -> None:
-    results = asyncio.run(_samples(server.target, model, CONSTRAINTS[kind], temperature=1.0, max_tokens=96))
-    invalid = [(text, last.finish_reason) for text, last in results if not _valid(kind, text)]
+def test_every_seeded_sample_validates(shim: ShimProcess, model: str, kind: str) -> None:
+    """Through the shim with the openai SDK (vLLM's guided_* extras), 1,000 seeds per kind and model."""
+    results = asyncio.run(_samples(shim.url, model, kind))
+    assert len(results) == SAMPLES
+    invalid = [(text, finish) for text, finish in results if not _valid(kind, text)]
     assert not invalid, f"{len(invalid)} of {SAMPLES} invalid, e.g. {invalid[:3]}"
-    assert all(last.finish_reason == "stop" for _, last in results)
+    assert all(finish == "stop" for _, finish in results)
     assert len({text for text, _ in results}) > 1  # sampled, not one forced answer
 
 
