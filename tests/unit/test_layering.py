@@ -34,7 +34,7 @@ SERVER_FORBIDDEN = {
     "admission": {"batching", "runtimes", "servicer", "app", "placement"},
     # Logits processing and tool calls serve the scheduler and the runtimes' chat templates: below both.
     "logits": {"admission", "batching", "servicer", "codec", "app", "placement", "frontends"},
-    "tools": {"admission", "batching", "runtimes", "servicer", "codec", "app", "placement", "frontends", "logits"},
+    "tools": {"admission", "batching", "runtimes", "servicer", "codec", "app", "placement", "logits"},
 }
 
 
