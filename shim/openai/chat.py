@@ -38,7 +38,7 @@ def generate_requests(
         for m in body.messages
     ]
     tools = tools_of(body.tools)
-    constraint = body.output_constraint
+    constraint = body.constraint()
     return [
         build_generate_request(
             body.model,

@@ -11,13 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from shim.openai.structured import (
     NamedToolChoice,
     ParamError,
-    ResponseFormat,
     Shaping,
     ToolParam,
-    response_constraint,
 )
 from shim.proto_values import Int32, Text, UInt64
-from wire.constraint import Constraint
 
 MAX_LOGPROBS = 5  # the server's bound on alternatives per token
 MAX_N = 16  # choices per request: each is a stream of its own
@@ -128,7 +125,6 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Int32 | None = None
     logprobs: StrictBool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
-    response_format: ResponseFormat | None = None
     tools: Annotated[list[ToolParam], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     functions: list[Any] | None = None
@@ -149,14 +145,10 @@ class ChatCompletionRequest(_Sampling):
         if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
             chosen = self.tool_choice.function.name
             raise ParamError("tool_choice", f"tool_choice names {chosen!r}, which is not among the tools")
-        self.output_constraint  # noqa: B018 - refuses two constraints at once, while parsing
+        self.constraint()  # refuses two constraints at once, while parsing
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         return self
-
-    @property
-    def output_constraint(self) -> Constraint | None:
-        return self.constraint(response_constraint(self.response_format))
 
     @property
     def token_limit(self) -> int | None:

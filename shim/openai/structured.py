@@ -7,7 +7,6 @@ translation into the Generate request's constraint, tools and sampling fields: `
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -106,6 +105,7 @@ class Shaping(BaseModel):
     guided_choice: Annotated[list[Text], Field(min_length=1)] | None = None
     guided_grammar: Text | None = None
     structured_outputs: StructuredOutputs | None = None
+    response_format: ResponseFormat | None = None  # OpenAI's on chat; vLLM takes it on completions too
 
     def _constraints(self) -> list[tuple[str, Constraint]]:
         found: list[tuple[str, Constraint]] = []
@@ -131,10 +131,9 @@ class Shaping(BaseModel):
                 found.append(("structured_outputs.json_object", Constraint.json_object()))
         return found
 
-    def constraint(self, extra: Sequence[tuple[str, Constraint]] = ()) -> Constraint | None:
-        """The one constraint asked for (`extra`: the route's own, as response_format), or None; two are
-        refused naming the second."""
-        found = [*extra, *self._constraints()]
+    def constraint(self) -> Constraint | None:
+        """The one constraint asked for, or None; two are refused naming the second."""
+        found = [*response_constraint(self.response_format), *self._constraints()]
         if len(found) > 1:
             raise OneConstraint(found[1][0])
         return found[0][1] if found else None

@@ -100,6 +100,9 @@ def test_vllm_guided_extras_on_completions(sdk: openai.OpenAI) -> None:
         extra_body={"structured_outputs": {"grammar": 'start: "a" | "b"'}},
     )  # fmt: skip
     assert grouped.choices[0].text in ("a", "b")
+    as_json = {"response_format": {"type": "json_object"}}
+    formatted = sdk.completions.create(model="byte-lm", prompt="x", max_tokens=200, seed=3, extra_body=as_json)
+    assert isinstance(json.loads(formatted.choices[0].text), dict)  # vLLM takes response_format here too
 
 
 def test_required_and_named_tool_calls_whole_and_streamed(sdk: openai.OpenAI) -> None:
