@@ -101,7 +101,9 @@ def test_vllm_guided_extras_on_completions(sdk: openai.OpenAI) -> None:
     )  # fmt: skip
     assert grouped.choices[0].text in ("a", "b")
     as_json = {"response_format": {"type": "json_object"}}
-    formatted = sdk.completions.create(model="byte-lm", prompt="x", max_tokens=200, seed=3, extra_body=as_json)
+    formatted = sdk.completions.create(
+        model="byte-lm", prompt="x", max_tokens=200, seed=3, extra_body=as_json
+    )
     assert isinstance(json.loads(formatted.choices[0].text), dict)  # vLLM takes response_format here too
 
 
