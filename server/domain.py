@@ -150,6 +150,18 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class GenerateTimings:
+    """Where one generation spent its time on the server, in seconds (the contract's GenerateTimings)."""
+
+    queue_wait_s: float  # arrival to the first scheduled step: admission, then the wait to join the batch
+    time_to_first_token_s: float  # arrival to the first token (0: none came)
+    decode_s: float  # first token to last
+    tokens: int
+    first_step: int  # the scheduler step that began its prefill (-1: it never joined)
+    batch_size: int  # sequences in that step
+
+
+@dataclass(frozen=True, slots=True)
 class StreamError:
     """The error that ended a stream after it had started (code is a canonical status name)."""
 
@@ -185,3 +197,4 @@ class TokenChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: StreamError | None = None
+    timings: GenerateTimings | None = None

@@ -74,6 +74,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 on_release=slot.release if slot is not None else None,
                 deadline=None if remaining is None else time.monotonic() + remaining,
                 salt=tenant.entry.cache_salt if tenant is not None else "",
+                admission_wait_s=ADMISSION_WAIT.get(),
             )
         except SluiceError as error:
             await abort(context, error)

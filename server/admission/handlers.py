@@ -206,7 +206,7 @@ class _CallLog:
             line["user"] = clip(self.user, USER_LOG_LIMIT)
         if (tenant := CALLER.get()) is not None:
             line["tenant"] = tenant.name
-        if answer is not None and "timings" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
+        if answer is not None and "outputs" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
             timings = answer.timings
             line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
             line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
@@ -217,8 +217,14 @@ class _CallLog:
                     _CODE_NAMES.get(answer.error.code, "UNKNOWN"),
                     answer.error.reason,
                 )
+            line["prompt_tokens"] = answer.usage.prompt_tokens
             line["tokens"] = answer.usage.completion_tokens
             line["finish_reason"] = answer.finish_reason
+            if answer.HasField("timings"):
+                timings = answer.timings
+                line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
+                line["ttft_ms"] = round(timings.time_to_first_token.ToNanoseconds() / 1e6, 3)
+                line["decode_ms"] = round(timings.decode.ToNanoseconds() / 1e6, 3)
         self.log.write(**line)
 
 

@@ -25,6 +25,7 @@ from shim.openai import chat, completions, embeddings
 from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
 from shim.refusals import invalid_argument
+from shim.request_metrics import request_metrics
 from shim.stream.consumer import Choice, Generations, respond
 from shim.upstream.call_options import CallOptions, call_options
 from shim.upstream.channel import settings_of, upstream_of
@@ -109,7 +110,12 @@ async def _create(
         failed = next((c.error for c in choices if c.error is not None), None)
         if failed is not None:  # a choice that ended with an error fails the whole request
             raise ShimError(failed)
-        return JsonResponse(dialect.completion(body, choices, request_id=request_id))
+        answered = dialect.completion(body, choices, request_id=request_id)
+        # vLLM's per-request `metrics` beside the usage (docs: README, "Per-request timings").
+        answered["metrics"] = request_metrics(
+            answered["usage"], [c.timings for c in choices], model=body.model
+        )
+        return JsonResponse(answered)
 
     heartbeat_s = settings.sse_heartbeat_s
     return await respond(
