@@ -85,7 +85,7 @@ class SluiceServer:
             keys=Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None,
             max_request_bytes=settings.max_request_bytes_in_flight,
         )
-        self.servicer = InferenceServicer()
+        self.servicer = InferenceServicer(self.metrics)
         self.health = HealthServicer()
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft
         # limit goes up to the hard one, and connections are capped below it.
