@@ -15,6 +15,8 @@ from typing import Any
 from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
 
+from shim.tracing import note_usage
+
 #: The access-log line of the request being served, when it is sampled (the admission middleware sets it).
 LOG_FIELDS: contextvars.ContextVar[dict[str, object] | None] = contextvars.ContextVar(
     "log_fields", default=None
@@ -42,6 +44,7 @@ def request_metrics(
         "mean_itl_ms": round(sum(_ms(t.decode) for t in timings) / gaps, 3) if gaps else 0.0,
         "tokens_per_second": round(completion * 1000.0 / generation, 3) if generation else 0.0,
     }
+    note_usage(usage, model=model, metrics=metrics)
     fields = LOG_FIELDS.get()
     if fields is not None:
         fields["model"] = model
