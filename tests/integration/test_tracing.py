@@ -93,7 +93,8 @@ def test_one_chat_completion_is_one_trace_across_shim_and_server(
     assert admission.end_ns <= batch.end_ns <= prefill.end_ns <= decode.end_ns
     assert batch.attributes["sluice.batch.size"] >= 1 and batch.attributes["sluice.batch.step"] >= 0
     assert decode.attributes["gen_ai.usage.output_tokens"] == 6
-    assert edge.start_ns <= call.start_ns and call.end_ns <= edge.end_ns
+    # The server ends its span as its handler returns, which may be after the shim has answered.
+    assert edge.start_ns <= call.start_ns
 
 
 def test_a_request_without_traceparent_starts_a_trace_at_the_shim(
@@ -145,27 +146,26 @@ def test_a_refused_call_has_an_admission_span_naming_the_refusal(
     assert admission.attributes["sluice.refused_by"] == "MODEL_NOT_FOUND" and admission.status_code == ERROR
 
 
-def test_an_infer_call_has_its_batch_and_compute_spans(
+def test_an_infer_call_is_one_span_with_its_phases_as_attributes(
     stack: tuple[ServerProcess, ShimProcess], receiver: OtlpReceiver
 ) -> None:
     server, _ = stack
-    trace_id, _, header = traceparent()
+    trace_id, caller_span, header = traceparent()
     x = pb.Tensor(name="x", dtype=pb.DATA_TYPE_FLOAT32, shape=[512], raw_contents=bytes(2048))
     with grpc.insecure_channel(server.target) as channel:
         answer = pb_grpc.InferenceServiceStub(channel).Infer(
             pb.InferRequest(model="mlp", inputs=[x]), metadata=(("traceparent", header),), timeout=30
         )
-    wait_until(lambda: len(receiver.spans(trace_id)) >= 4, what="the Infer call's spans")
-    spans = receiver.spans(trace_id)
-    call = one(spans, "sluice.inference.v1.InferenceService/Infer", "sluice-server")
-    compute = one(spans, "sluice.compute", "sluice-server")
-    assert compute.parent_span_id == call.span_id
-    assert compute.attributes["sluice.batch.size"] == answer.timings.batch_size
-    assert compute.end_ns - compute.start_ns == pytest.approx(
-        answer.timings.compute.ToNanoseconds(), abs=1000
-    )
-    queue = call.attributes["gen_ai.latency.time_in_queue"]
-    assert queue == pytest.approx(answer.timings.queue_wait.ToNanoseconds() / 1e9, abs=1e-9)
+    wait_until(lambda: len(receiver.spans(trace_id)) >= 1, what="the Infer call's span")
+    (call,) = receiver.spans(trace_id)
+    assert call.name == "sluice.inference.v1.InferenceService/Infer" and call.parent_span_id == caller_span
+    assert call.attributes["sluice.batch.size"] == answer.timings.batch_size
+    compute = answer.timings.compute.ToNanoseconds() / 1e9
+    assert call.attributes["sluice.compute_s"] == pytest.approx(compute, abs=1e-9)
+    queue = answer.timings.queue_wait.ToNanoseconds() / 1e9
+    assert call.attributes["gen_ai.latency.time_in_queue"] == pytest.approx(queue, abs=1e-9)
+    waits = call.attributes["sluice.queue_wait_s"] + call.attributes["sluice.batch.wait_s"]
+    assert waits == pytest.approx(queue, abs=1e-6)
 
 
 def closed_port() -> int:
