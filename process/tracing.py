@@ -2,7 +2,8 @@
 OTLP/gRPC through the SDK's BatchSpanProcessor (a background thread: the event loop only appends a finished
 span to a bounded queue, and a collector that is down or slow costs dropped spans, nothing else), a
 parent-based ratio sampler (the first process to see a trace decides, the others follow its `sampled` flag),
-and W3C trace context in and out of HTTP headers and gRPC metadata.
+and W3C trace context in and out of HTTP headers and gRPC metadata. The server's spans are made by that
+provider in an export process of their own (start_span_export, process/trace_export.py).
 
 Off (`--otlp-endpoint` unset, the default), `Tracing.off()` has `enabled` False and every hook returns
 before it touches OpenTelemetry: no span objects, no context look-ups, no thread. The provider is the
@@ -32,12 +33,14 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 class Tracing:
-    """The process's tracer, or the disabled one; `epoch_ns(monotonic_s)` turns the monotonic stamps the
-    server keeps into span times."""
+    """The process's tracer, or the disabled one, or (the server's) `records`: spans handed to an export
+    process as call records (process/trace_export.py). `epoch_ns(monotonic_s)` turns the monotonic stamps
+    the server keeps into span times."""
 
-    def __init__(self, tracer: trace.Tracer | None, provider: Any = None) -> None:
-        self.enabled = tracer is not None
+    def __init__(self, tracer: trace.Tracer | None, provider: Any = None, *, records: Any = None) -> None:
+        self.enabled = tracer is not None or records is not None
         self.tracer: trace.Tracer = tracer or trace.NoOpTracer()
+        self.records = records
         self._provider = provider
         # Wall clock minus monotonic, once: span times from monotonic stamps without a clock read each.
         self._offset_ns = time.time_ns() - time.monotonic_ns()
@@ -56,6 +59,8 @@ class Tracing:
             stopping = threading.Thread(target=self._provider.shutdown, daemon=True, name="trace-shutdown")
             stopping.start()
             stopping.join(wait_s)
+        if self.records is not None:
+            self.records.shutdown(wait_s)
 
 
 def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) -> Tracing:
@@ -88,6 +93,16 @@ def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) 
         )
     )
     return Tracing(provider.get_tracer("sluice"), provider)
+
+
+def start_span_export(endpoint: str | None, *, sampling_ratio: float, service: str) -> Tracing:
+    """As start_tracing, but the spans are made and exported in a process of their own from the call
+    records this one hands it (the server's hot path: process/trace_export.py)."""
+    if not endpoint:
+        return Tracing.off()
+    from process.trace_export import SpanRecords
+
+    return Tracing(None, records=SpanRecords(endpoint, sampling_ratio=sampling_ratio, service=service))
 
 
 def extract(carrier: Mapping[str, str]) -> Context:

@@ -22,7 +22,7 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from process.access_log import AccessLog
 from process.limits import raise_fd_limit
-from process.tracing import start_tracing
+from process.tracing import start_span_export
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
@@ -65,7 +65,8 @@ class SluiceServer:
         sys.setswitchinterval(settings.switch_interval_ms / 1000)
         self.devices = [resolve_device(d) for d in settings.devices or (settings.device,)]
         self.metrics = Metrics()
-        self.tracing = start_tracing(
+        # Before any gRPC object exists: the export process starts with no gRPC thread to disturb.
+        self.tracing = start_span_export(
             settings.otlp_endpoint, sampling_ratio=settings.otlp_sampling_ratio, service="sluice-server"
         )
         # One memory breaker per device; with one device admission refuses on it directly, with several
