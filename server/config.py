@@ -130,6 +130,12 @@ class Settings:
     kv_cache_memory: float = setting(
         0.9, help="fraction of the memory free at start-up the KV cache may take (see --kv-cache-bytes)"
     )
+    # On CPU the arena is mapped lazily: pages become resident as sequences first write them. Prefaulting
+    # makes it resident at start (as a GPU's is), so the memory is counted from the start and a host that
+    # cannot hold it fails then, not under load.
+    kv_cache_prefault: bool = setting(
+        False, help="write the whole KV cache at start-up (CPU: make it resident)"
+    )
     prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two

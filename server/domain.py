@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 from wire.sampling import Sampling
 
 
@@ -45,6 +46,7 @@ class FinishReason(enum.Enum):
     STOP = "stop"
     CANCELLED = "cancelled"
     ERROR = "error"
+    TOOL_CALLS = "tool_calls"
 
 
 Array = npt.NDArray[np.generic]
@@ -114,14 +116,18 @@ class SamplingParams:
     min_tokens: int = 0  # EOS is masked and stop strings ignored until this many tokens
     ignore_eos: bool = False  # EOS is an ordinary token: generation runs to max_tokens
     logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and k alternatives
+    stop_token_ids: frozenset[int] = frozenset()  # end the stream as EOS does, never sent as text
 
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
-    """One message of a conversation; role is system, user or assistant."""
+    """One message of a conversation; role is system, user, assistant or tool."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
+    tool_call_id: str = ""  # the call a tool turn answers
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,10 @@ class GenerateSpec:
     sampling: Sampling = Sampling()  # noqa: RUF009
     priority: Priority = Priority.NORMAL
     request_id: str = ""
+    constraint: Constraint | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = ToolChoice("none")  # noqa: RUF009 (frozen)
+    parallel_tool_calls: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,4 +207,5 @@ class TokenChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: StreamError | None = None
+    tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, with finish_reason TOOL_CALLS
     timings: GenerateTimings | None = None

@@ -71,11 +71,13 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             slot = STREAM_SLOT.get()
             remaining = context.time_remaining()
             tenant = CALLER.get()
+            matcher = await scheduler.prepare(spec)
             seq = scheduler.submit(
                 spec,
                 on_release=slot.release if slot is not None else None,
                 deadline=None if remaining is None else time.monotonic() + remaining,
                 salt=tenant.entry.cache_salt if tenant is not None else "",
+                matcher=matcher,
                 admission_wait_s=ADMISSION_WAIT.get(),
             )
         except SluiceError as error:

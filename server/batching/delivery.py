@@ -40,20 +40,23 @@ class Delivery:
         seq.last_token = token
         seq.produced.append(token)
         logprobs = [self._token_logprob(token, logprob)] if logprob is not None else []
-        if token == self.model.eos_id and not seq.params.ignore_eos:
+        params = seq.params
+        if (token == self.model.eos_id and not params.ignore_eos) or token in params.stop_token_ids:
             chunk = TokenChunk(text=seq.text.flush(), token_ids=[token], logprobs=logprobs)
-            finish(seq, FinishReason.STOP, chunk=chunk)
+            _end(seq, FinishReason.STOP, chunk)
             return
         text, stopped = seq.text.feed(
-            self.model.token_bytes(token), may_stop=seq.generated >= seq.params.min_tokens
+            self.model.token_bytes(token), may_stop=seq.generated >= params.min_tokens
         )
         chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
         if stopped:
-            finish(seq, FinishReason.STOP, chunk=chunk)
-        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.context_length:
+            _end(seq, FinishReason.STOP, chunk)
+        elif seq.generated >= params.max_tokens or seq.position + 1 > self.context_length:
             chunk.text += seq.text.flush()
-            finish(seq, FinishReason.LENGTH, chunk=chunk)
+            _end(seq, FinishReason.LENGTH, chunk)
         else:
+            if seq.tools is not None:
+                chunk.text = seq.tools.feed(chunk.text)
             seq.stream.push(chunk)
 
     def _token_logprob(self, token: int, logprob: Logprob) -> TokenLogprob:
@@ -63,6 +66,19 @@ class Delivery:
             TokenProbability(token, token_bytes(token), chosen),
             tuple(TokenProbability(alt, token_bytes(alt), value) for alt, value in top),
         )
+
+
+def _end(seq: GenSequence, reason: FinishReason, chunk: TokenChunk) -> None:
+    """Ends a stream that ran its course; a generation with tools turns its withheld text into calls."""
+    if seq.tools is not None:
+        shown = seq.tools.feed(chunk.text)
+        rest, calls = seq.tools.finish(cut=reason is FinishReason.LENGTH)
+        chunk.text = shown + rest
+        if calls and reason is FinishReason.STOP:
+            chunk.tool_calls, reason = calls, FinishReason.TOOL_CALLS
+        elif calls:  # cut off by max_tokens after complete calls: still reported, with finish "length"
+            chunk.tool_calls = calls
+    finish(seq, reason, chunk=chunk)
 
 
 def finish(

@@ -10,6 +10,8 @@ from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
 from server.domain import GenerateTimings, Priority, SamplingParams, Usage
 from server.kv.arena import Region
+from server.logits.state import RowState
+from server.tools.output import ToolOutput
 
 
 @dataclass(eq=False, slots=True)
@@ -42,6 +44,8 @@ class GenSequence:
     paused_since: float | None = None
     done: bool = False
     on_release: Callable[[], None] | None = None  # called once its KV region is given up (admission's slot)
+    logits: RowState | None = None  # grammar, penalties, bias: touched only on the model's thread
+    tools: ToolOutput | None = None  # where tools are given: the output is parsed for calls
     # Its timings' stamps (monotonic): admission's wait before `arrived`, the step that first took it and
     # that step's size, its first and latest tokens.
     admission_wait_s: float = 0.0

@@ -24,6 +24,7 @@ from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
 from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
+from shim.openai.structured import ParamError
 from shim.refusals import invalid_argument
 from shim.request_metrics import request_metrics
 from shim.stream.consumer import Choice, Generations, respond
@@ -50,6 +51,8 @@ _INDEXED = re.compile(r"\[\d+\].*$")
 
 
 def openai_param(proto_path: str) -> str:
+    if proto_path.startswith("constraint"):
+        return "response_format"
     path = _INDEXED.sub("", proto_path)
     return _PARAM_BY_PROTO.get(path, path.removeprefix("sampling."))
 
@@ -63,6 +66,11 @@ def parse(raw: bytes, schema: type[BodyT]) -> BodyT:
         errors = exc.errors(include_url=False, include_input=False)
         for error in errors:
             cause = error.get("ctx", {}).get("error")
+            if isinstance(cause, ParamError):
+                violation = FieldViolation(cause.param, str(cause))
+                raise invalid_argument(
+                    str(cause), reason="CONFLICTING_PARAMETERS", violations=(violation,)
+                ) from None
             if isinstance(cause, Unsupported):
                 violation = FieldViolation(cause.param, str(cause))
                 raise invalid_argument(

@@ -50,6 +50,7 @@ class Piece:
     usage: pb.Usage
     error: ErrorBody | None
     timings: pb.GenerateTimings  # the server's, on the last piece
+    tool_calls: Sequence[pb.ToolCall] = ()  # on the last piece, when finish_reason is tool_calls
 
     @classmethod
     def of(cls, index: int, message: pb.GenerateResponse) -> Piece:
@@ -62,7 +63,7 @@ class Piece:
         if message.HasField("error"):
             error = from_stream_error(message.error.code, message.error.message, message.error.reason)
         text, ids, usage, timings = message.text, message.token_ids, message.usage, message.timings
-        return cls(index, text, ids, message.logprobs, finish, usage, error, timings)
+        return cls(index, text, ids, message.logprobs, finish, usage, error, timings, message.tool_calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class Choice:
     usage: pb.Usage
     error: ErrorBody | None
     timings: pb.GenerateTimings
+    tool_calls: Sequence[pb.ToolCall] = ()
 
 
 Event = Piece | Failed | Heartbeat
@@ -153,6 +155,7 @@ class Generations:
                     piece.usage,
                     piece.error,
                     piece.timings,
+                    piece.tool_calls,
                 )
             message = await self.calls[index].read()
         raise upstream_protocol_error(_ENDED_EARLY)
