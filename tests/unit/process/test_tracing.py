@@ -32,3 +32,9 @@ def test_trace_context_is_read_from_metadata_or_headers_and_written_back() -> No
 def test_span_times_come_from_monotonic_stamps() -> None:
     tracing = Tracing.off()
     assert abs(tracing.epoch_ns(1.0) - tracing.epoch_ns(0.0) - 1_000_000_000) <= 1
+
+
+def test_a_malformed_traceparent_starts_a_new_trace_instead_of_failing() -> None:
+    for header in ("garbage", f"00-{'0' * 32}-{SPAN}-01", f"zz-{TRACE}-{SPAN}-01", "00-" + "x" * 200):
+        context = extract_pairs([("traceparent", header)])
+        assert not trace.get_current_span(context).get_span_context().is_valid
