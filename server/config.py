@@ -169,6 +169,13 @@ class Settings:
     access_log: float = setting(
         0.0, help="fraction of calls that write a JSON access-log line to stderr: 0 none, 1 every call"
     )
+    otlp_endpoint: str | None = setting(
+        None, help="OpenTelemetry collector (OTLP/gRPC, host:port or http(s)://host:port) traces are sent to",
+        shown="no tracing",
+    )  # fmt: skip
+    otlp_sampling_ratio: float = setting(
+        1.0, help="fraction of traces begun here that are sampled; a caller's traceparent decides for its own"
+    )
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
@@ -263,6 +270,7 @@ class Settings:
             "DEBUG, INFO, WARNING or ERROR",
         )
         _check(0.0 <= self.access_log <= 1.0, "access_log", "must be a fraction in [0, 1]")
+        _check(0.0 <= self.otlp_sampling_ratio <= 1.0, "otlp_sampling_ratio", "must be a fraction in [0, 1]")
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
 
     @property

@@ -160,6 +160,18 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class GenerateTimings:
+    """Where one generation spent its time on the server, in seconds (the contract's GenerateTimings)."""
+
+    queue_wait_s: float  # arrival to the first scheduled step: admission, then the wait to join the batch
+    time_to_first_token_s: float  # arrival to the first token (0: none came)
+    decode_s: float  # first token to last
+    tokens: int
+    first_step: int  # the scheduler step that began its prefill (-1: it never joined)
+    batch_size: int  # sequences in that step
+
+
+@dataclass(frozen=True, slots=True)
 class StreamError:
     """The error that ended a stream after it had started (code is a canonical status name)."""
 
@@ -196,3 +208,4 @@ class TokenChunk:
     usage: Usage | None = None
     error: StreamError | None = None
     tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, with finish_reason TOOL_CALLS
+    timings: GenerateTimings | None = None

@@ -131,10 +131,12 @@ class ContinuousScheduler:
         deadline: float | None = None,
         salt: str = "",
         matcher: llguidance.LLMatcher | None = None,
+        admission_wait_s: float = 0.0,
     ) -> GenSequence:
         """Validates against the model's limits (raising before the stream starts) and queues to join.
         `on_release` is called once the sequence has left and given its KV region up; `deadline`
-        (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache."""
+        (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache;
+        `admission_wait_s`, the wait for its slot, counts in its timings."""
         prompt, params = resolve_request(spec, self.model, self.limits)
         seed = spec.sampling.seed if spec.sampling.seed is not None else secrets.randbits(63)
         seq = GenSequence(
@@ -149,6 +151,7 @@ class ContinuousScheduler:
             salt=salt,
             feed=list(prompt),
             on_release=on_release,
+            admission_wait_s=admission_wait_s,
         )
         self.shaping.attach(seq, spec, matcher)
         self.joining.append(seq)
@@ -245,6 +248,9 @@ class ContinuousScheduler:
         )  # fmt: skip
         future = self.worker.submit_flushing(run_step, self.model, plan, self._chain)
         batch = completing + runnable
+        for seq in work.joined:
+            if seq.first_step < 0:  # a preempted sequence rejoins: its first step stays
+                seq.scheduled, seq.first_step, seq.first_batch = now, step, len(work.chunks) + len(runnable)
         return Inflight(step, future, work, [(s, s.epoch) for s in batch], [(s, s.epoch) for s in runnable])
 
     def _runnable(self, inflight: Inflight | None, now: float) -> tuple[list[GenSequence], list[int]]:

@@ -32,8 +32,10 @@ class Delivery:
         if seq.cancel_step is not None or seq.done:
             self.discard(seq, step)  # computed in a step planned before the consumer left; never sent
             return
+        now = seq.last_token_at = time.monotonic()
         if seq.generated == 0:
-            self._m_ttft.observe(time.monotonic() - seq.arrived)
+            seq.first_token_at = now
+            self._m_ttft.observe(now - seq.arrived)
         seq.generated += 1
         seq.last_token = token
         seq.produced.append(token)
@@ -90,6 +92,7 @@ def finish(
     final = chunk or TokenChunk()
     final.finish_reason = reason
     final.usage = seq.usage()
+    final.timings = seq.timings(time.monotonic())
     if error is not None:
         final.error = StreamError(code=error.code, message=error.message, reason=error.reason)
     seq.stream.finish(final)

@@ -165,6 +165,13 @@ def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
         out.usage.total_tokens = chunk.usage.total_tokens
         out.usage.cached_tokens = chunk.usage.cached_tokens
     out.tool_calls.extend(call.to_proto() for call in chunk.tool_calls)
+    if chunk.timings is not None:
+        t = chunk.timings
+        out.timings.queue_wait.FromNanoseconds(int(t.queue_wait_s * 1e9))
+        out.timings.time_to_first_token.FromNanoseconds(int(t.time_to_first_token_s * 1e9))
+        out.timings.decode.FromNanoseconds(int(t.decode_s * 1e9))
+        out.timings.tokens, out.timings.first_step = t.tokens, t.first_step
+        out.timings.batch_size = t.batch_size
     if chunk.error is not None:
         out.error.code = grpc.StatusCode[chunk.error.code].value[0]
         out.error.message = chunk.error.message

@@ -26,6 +26,7 @@ from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
 from shim.openai.structured import ParamError
 from shim.refusals import invalid_argument
+from shim.request_metrics import request_metrics
 from shim.stream.consumer import Choice, Generations, respond
 from shim.upstream.call_options import CallOptions, call_options
 from shim.upstream.channel import settings_of, upstream_of
@@ -117,7 +118,12 @@ async def _create(
         failed = next((c.error for c in choices if c.error is not None), None)
         if failed is not None:  # a choice that ended with an error fails the whole request
             raise ShimError(failed)
-        return JsonResponse(dialect.completion(body, choices, request_id=request_id))
+        answered = dialect.completion(body, choices, request_id=request_id)
+        # vLLM's per-request `metrics` beside the usage (docs: README, "Per-request timings").
+        answered["metrics"] = request_metrics(
+            answered["usage"], [c.timings for c in choices], model=body.model
+        )
+        return JsonResponse(answered)
 
     heartbeat_s = settings.sse_heartbeat_s
     return await respond(

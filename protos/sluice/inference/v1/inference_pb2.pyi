@@ -1075,6 +1075,7 @@ class GenerateResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    TIMINGS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """New text since the previous message; never splits a UTF-8 character."""
     finish_reason: Global___FinishReason.ValueType
@@ -1099,6 +1100,10 @@ class GenerateResponse(_message.Message):
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
         """The tool calls parsed from the output, on the last message, when finish_reason is TOOL_CALLS."""
 
+    @_builtins.property
+    def timings(self) -> Global___GenerateTimings:
+        """Where the generation spent its time on the server; set on the last message only."""
+
     def __init__(
         self,
         *,
@@ -1109,14 +1114,63 @@ class GenerateResponse(_message.Message):
         error: Global___ErrorStatus | None = ...,
         logprobs: _abc.Iterable[Global___TokenLogprob] | None = ...,
         tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
+        timings: Global___GenerateTimings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "timings", b"timings", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GenerateResponse: _TypeAlias = GenerateResponse  # noqa: Y015
+
+@_typing.final
+class GenerateTimings(_message.Message):
+    """GenerateTimings reports where one generation spent its time on the server (vLLM's per-request metrics)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_WAIT_FIELD_NUMBER: _builtins.int
+    TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _builtins.int
+    DECODE_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    FIRST_STEP_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    tokens: _builtins.int
+    """Tokens generated, as usage.completion_tokens."""
+    first_step: _builtins.int
+    """The scheduler's step number that began the prefill: the batch the generation joined."""
+    batch_size: _builtins.int
+    """Sequences in that step, prefilling or decoding."""
+    @_builtins.property
+    def queue_wait(self) -> _duration_pb2.Duration:
+        """From the call's arrival to its first scheduled step: the wait for an admission slot and to join the batch."""
+
+    @_builtins.property
+    def time_to_first_token(self) -> _duration_pb2.Duration:
+        """From the call's arrival to its first generated token: queue_wait, then the prefill."""
+
+    @_builtins.property
+    def decode(self) -> _duration_pb2.Duration:
+        """From the first generated token to the last; with tokens, the decode rate."""
+
+    def __init__(
+        self,
+        *,
+        queue_wait: _duration_pb2.Duration | None = ...,
+        time_to_first_token: _duration_pb2.Duration | None = ...,
+        decode: _duration_pb2.Duration | None = ...,
+        tokens: _builtins.int = ...,
+        first_step: _builtins.int = ...,
+        batch_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decode", b"decode", "queue_wait", b"queue_wait", "time_to_first_token", b"time_to_first_token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "decode", b"decode", "first_step", b"first_step", "queue_wait", b"queue_wait", "time_to_first_token", b"time_to_first_token", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateTimings: _TypeAlias = GenerateTimings  # noqa: Y015
 
 @_typing.final
 class TokenLogprob(_message.Message):
