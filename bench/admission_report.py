@@ -107,6 +107,13 @@ def print_report(
         print(f"{labels[key]} capacity plan: {capacity}")
     print()
     print(report.table(results, labels, raw.items_per_s, raw.other_cores, raw.batch))
+    report.draw(
+        "admission",
+        "bench.admission: Infer through Sluice and the baselines",
+        results,
+        labels,
+        raw.items_per_s,
+    )
     print()
     print("errors other than refusals:")
     print(report.errors_note(results, labels))

@@ -25,6 +25,7 @@ import numpy as np
 import psutil
 from sluice.inference.v1 import inference_pb2 as pb
 
+from bench import plot
 from bench.h2load_point import h2load_path
 from bench.processes import PYTHON, ChildProcess
 from bench.prometheus import scrape, total
@@ -120,6 +121,24 @@ def main() -> None:
         rate = Spread.of([r[0] for r in results]).format(0)
         cores = Spread.of([r[1] for r in results]).format(2)
         print(f"  {label:>14}: {rate} calls/s, server {cores} cores")
+    connections = args.connections * args.streams
+    plot.draw(
+        "frontends",
+        [
+            plot.Panel(
+                f"calls/s at {connections} calls in flight",
+                "calls/s",
+                {f"--frontends {n}": {connections: [r[0] for r in rs]} for n, rs in runs.items()},
+            ),
+            plot.Panel(
+                "server CPU",
+                "cores",
+                {f"--frontends {n}": {connections: [r[1] for r in rs]} for n, rs in runs.items()},
+            ),
+        ],
+        x_label="calls in flight (h2load)",
+        title="bench.frontends: a no-op model, one process against several front ends",
+    )
     ratios = [n[0] / one[0] for n, one in zip(runs[args.frontends], runs[1], strict=True)]
     median = statistics.median(ratios)
     verdict = "met" if median >= 1.6 else "MISSED"

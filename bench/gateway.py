@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import psutil
 
+from bench import plot
 from bench.h2load_point import h2load_path, measure_h2load_point
 from bench.points import PointResult, Window, measure_point, wait_for_quiet
 from bench.processes import PYTHON, ChildProcess
@@ -164,6 +165,7 @@ def report(bench: Bench, elapsed_s: float) -> None:
             Spread.of([s.service_cores["server"] for s in streams]).format(2),
         ]
         print(f"{key:>24}  " + "  ".join(f"{c:>18}" for c in cells))
+    draw(bench)
     print()
     for g in bench.generators:
         direct, shim = bench.unary[f"{g} direct @1"], bench.unary[f"{g} shim @1"]
@@ -194,6 +196,25 @@ def report(bench: Bench, elapsed_s: float) -> None:
             [1e6 * s.service_cpu_s["shim"] / (s.tokens_per_s * args.duration_s) for s in sse]
         )
         print(f"(d) [{g}] shim CPU per streamed token {per_token.format(1)} µs")
+
+
+def draw(bench: Bench) -> None:
+    """The PNG beside the tables: unary ok/s by side against callers, and tokens/s by side against streams
+    (the sides' keys end in `@N` callers or `xN` streams)."""
+    unary: dict[str, dict[float, list[float]]] = {}
+    for key, points in bench.unary.items():
+        side, _, callers = key.rpartition(" @")
+        unary.setdefault(side, {})[float(callers)] = [p.ok_per_s for p in points]
+    streamed: dict[str, dict[float, list[float]]] = {}
+    for key, streams in bench.streams.items():
+        side, _, count = key.rpartition(" x")
+        streamed.setdefault(side, {})[float(count)] = [s.tokens_per_s for s in streams]
+    plot.draw(
+        "gateway",
+        [plot.Panel("unary ok/s", "calls/s", unary), plot.Panel("streamed tokens/s", "tokens/s", streamed)],
+        x_label="callers or streams",
+        title="bench.gateway: the shim as OpenAI gateway, against gRPC direct and a no-op",
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -18,6 +18,7 @@ import torch
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from bench import plot
 from bench.stack import running
 from server.runtimes.byte_lm import ByteLm
 
@@ -159,6 +160,28 @@ def print_latency(runs_by_streams: dict[int, list[Run]]) -> None:
         print(f"{b:>7} {cells[0]:>16} {cells[1]:>16} {cells[2]:>14} {cells[3]:>14}")
 
 
+def draw_streams(name: str, title: str, tokens_per_s: dict[str, dict[int, list[Run]]], sluice: str) -> None:
+    """The PNG beside the tables: every side's tokens/s, and side `sluice`'s TTFT p50/p99, by streams."""
+    throughput = {
+        side: {b: [r.tokens_per_s for r in runs] for b, runs in by.items()}
+        for side, by in tokens_per_s.items()
+    }
+    runs = tokens_per_s[sluice]
+    ttft = {
+        f"{sluice} p{q}": {b: [percentile(r.ttft, q) * 1000 for r in rs] for b, rs in runs.items()}
+        for q in (50, 99)
+    }
+    plot.draw(
+        name,
+        [
+            plot.Panel("aggregate tokens/s", "tokens/s", throughput),
+            plot.Panel("time to first token", "ms", ttft),
+        ],
+        x_label="concurrent streams",
+        title=title,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -222,6 +245,12 @@ def main() -> None:
     print(f"{'seq x8':>7} {'':>18} {spread(seq):>18}   (8 streams served one after another through Sluice)")
 
     print_latency(sluice)
+    draw_streams(
+        "generate",
+        "bench.generate: byte-lm, Sluice against the raw batched decode loop",
+        {"raw decode loop": raw, "sluice gRPC": sluice, "sequential x8 (sluice)": {8: sequential}},
+        "sluice gRPC",
+    )
     at32 = statistics.median(x.tokens_per_s for x in sluice[32]) / statistics.median(
         x.tokens_per_s for x in raw[32]
     )

@@ -27,7 +27,17 @@ import torch
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from bench.generate import CONCURRENCY, PROMPT, Load, Run, concurrent, percentile, print_latency, spread
+from bench.generate import (
+    CONCURRENCY,
+    PROMPT,
+    Load,
+    Run,
+    concurrent,
+    draw_streams,
+    percentile,
+    print_latency,
+    spread,
+)
 from bench.stack import running
 
 MODEL = "llama"
@@ -284,6 +294,15 @@ def report(
             row += f" {spread(h):>18} {spread(vh, digits=2):>16}"
         print(row)
     print_latency(sluice)
+    sides = {"raw HF loop": raw, "sluice, Python client": sluice}
+    if c_client[CONCURRENCY[0]]:
+        sides["sluice, h2load"] = c_client
+    draw_streams(
+        "hf_generate",
+        "bench.hf_generate: a seeded Llama, Sluice against the raw HF loop",
+        sides,
+        "sluice, Python client",
+    )
     p99 = statistics.median(join_p99) * 1000
     print(
         f"\n24 running streams while 2 prompts of {LONG_PROMPT} tokens join: inter-token p99 "

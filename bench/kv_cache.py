@@ -32,6 +32,7 @@ import torch
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from bench import plot
 from bench.generate import percentile, spread
 from bench.hf_generate import CONFIG
 from bench.stack import SluiceServer
@@ -241,6 +242,26 @@ def prefix(directory: Path, repeats: int, quick: bool, rows: tuple[str, ...] = R
         )
         if part != "none":
             assert all(a.outputs == b.outputs for a, b in zip(on, off, strict=True)), "outputs differ"
+    series = {
+        measure: {
+            f"{named[part]}, cache {mode}": {streams: [get(r) for r in results[mode][part]]}
+            for part in rows
+            for mode in ("on", "off")
+        }
+        for measure, get in (
+            ("ttft", lambda r: percentile(r.ttft, 50) * 1000),
+            ("tps", lambda r: r.tokens_per_s),
+        )
+    }
+    plot.draw(
+        "kv_cache_prefix",
+        [
+            plot.Panel("TTFT p50", "ms", series["ttft"]),
+            plot.Panel("aggregate tokens/s", "tokens/s", series["tps"]),
+        ],
+        x_label="concurrent streams",
+        title="bench.kv_cache: the prefix cache on against off",
+    )
 
 
 async def chats(target: str, seed: int, quick: bool) -> Streams:

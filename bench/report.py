@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bench import plot
 from bench.points import PointResult
 from bench.stats import Spread
 
@@ -98,3 +99,21 @@ def target_line(target: Target) -> str:
     spread = Spread.of(finite)
     bound = "<=" if target.ceiling else ">="
     return f"  [{verdict:^7}] {target.name}: {spread.format(2)} (bar {bound} {target.bar})"
+
+
+def draw(name: str, title: str, results: Results, labels: Mapping[str, str], raw: Sequence[float]) -> None:
+    """The PNG beside the table: every side's ok/s (and the raw loop's items/s as the limit) and ok p99
+    latency, against callers."""
+    callers = sorted({c for by_callers in results.values() for c in by_callers})
+    throughput: dict[str, dict[float, Sequence[float]]] = {
+        "raw model loop (limit)": {c: raw for c in callers}
+    }
+    latency: dict[str, dict[float, Sequence[float]]] = {}
+    for side, by_callers in results.items():
+        throughput[labels[side]] = {c: [p.ok_per_s for p in points] for c, points in by_callers.items()}
+        latency[labels[side]] = {c: [p.ok_p99_ms for p in points] for c, points in by_callers.items()}
+    panels = [
+        plot.Panel("answered calls/s", "calls/s", throughput),
+        plot.Panel("ok p99 latency", "ms", latency),
+    ]
+    plot.draw(name, panels, x_label="closed-loop callers", title=title)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import plot
 from bench.h2load_point import h2load_path, measure_h2load_point
 from bench.points import PointResult, Window, measure_point, wait_for_quiet
 from bench.stack import SluiceServer, SluiceShim, running
@@ -112,6 +113,26 @@ def report(
             Spread.of([p.service_cores for p in points]).format(2),
         ]
         print(f"{key:>16} {callers:>7}  " + "  ".join(f"{c:>16}" for c in cells))
+    by_side: dict[str, dict[float, list[PointResult]]] = {}
+    for (key, callers), points in results.items():
+        by_side.setdefault(key, {})[callers] = points
+    plot.draw(
+        "shim_latency",
+        [
+            plot.Panel(
+                "answered calls/s",
+                "calls/s",
+                {k: {c: [p.ok_per_s for p in ps] for c, ps in v.items()} for k, v in by_side.items()},
+            ),
+            plot.Panel(
+                "ok p50 latency",
+                "ms",
+                {k: {c: [p.ok_p50_ms for p in ps] for c, ps in v.items()} for k, v in by_side.items()},
+            ),
+        ],
+        x_label="closed-loop callers",
+        title="bench.shim_latency: the same Infer direct over gRPC and through the shim",
+    )
     print()
     print("added by the shim (shim - direct, paired per repeat):")
     for generator in generators:

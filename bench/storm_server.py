@@ -29,6 +29,10 @@ def storm_server_flags(*, max_sequences: int, context_length: int, stall_timeout
         # as they did, and the cached prefixes cannot grow the resident set past it.
         "--kv-cache-bytes",
         str(max_sequences * context_length * 1024),
+        # Resident from the start, as the first engine's slot cache was: the RSS growth the storms report
+        # is then what they leave behind, not the arena's pages written for the first time.
+        "--kv-cache-prefault",
+        "true",
     ]
 
 

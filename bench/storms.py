@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import statistics
 
+from bench import plot
 from bench.disconnect_storm import StormResult, disconnect_storm
 from bench.slow_clients import SlowResult, normal_rounds, slow_clients
 from bench.stack import running
@@ -36,6 +37,24 @@ def print_storms(results: list[StormResult]) -> None:
             f"{i:>6} {r.total:>8.0f} {r.discarded:>9.0f} {r.after_cancel:>9.0f} {r.unseen:>7.0f} "
             f"{100 * r.counted_ratio:>9.3f} {100 * r.unseen_ratio:>8.3f} {r.wall_s:>6.1f}"
         )
+    plot.draw(
+        "storms_disconnect",
+        [
+            plot.Panel(
+                "tokens computed for callers who had left",
+                "% of all tokens",
+                {
+                    "counted (discarded + after cancel)": {
+                        r0.leavers: [100 * r.counted_ratio for r in results]
+                    },
+                    "unseen by any client": {r0.leavers: [100 * r.unseen_ratio for r in results]},
+                },
+                log_x=False,
+            ),
+        ],
+        x_label="callers that leave mid-stream",
+        title="bench.storms: disconnect storm",
+    )
     worst = max(r.unseen_ratio for r in results)
     print(
         f"   target unseen < 1%: worst {100 * worst:.3f}% -> {'met' if worst < 0.01 else 'MISSED'}; "
@@ -64,6 +83,30 @@ def print_slow(
             f" KV slots in use after the stall {run.kv_slots_after_stall:.0f}, Generate calls held with"
             f" their sequence done {run.held_after_done:.0f}, slow readers read {run.slow_bytes_read} B"
         )
+    plot.draw(
+        "storms_slow",
+        [
+            plot.Panel(
+                "normal callers' tokens/s",
+                "tokens/s",
+                {
+                    "unloaded": {10: unloaded},
+                    f"beside {slow} slow + {silent} silent readers": {
+                        10: [statistics.median(r.normal_tokens_per_s) for r in loaded]
+                    },
+                },
+                log_x=False,
+            ),
+            plot.Panel(
+                "peak RSS growth",
+                "MB",
+                {name: {10: [r.rss_growth_mb[name] for r in loaded]} for name in ("server", "shim")},
+                log_x=False,
+            ),
+        ],
+        x_label="normal SSE callers",
+        title="bench.storms: slow clients",
+    )
     growth = {k: max(r.rss_growth_mb[k] for r in loaded) for k in ("server", "shim")}
     print(
         f"   loaded/unloaded normal rate: {spread(ratios)} (target >= 0.8: "

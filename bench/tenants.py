@@ -25,6 +25,7 @@ import numpy as np
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from bench import plot
 from bench.generate import percentile, spread
 from bench.stack import running
 from clients.errors import error_from_rpc
@@ -145,6 +146,22 @@ def main() -> None:
             f"{label:>16} {columns} {ratios:>16} {statistics.median(r[3] for r in runs) / seconds:>11.0f} "
             f"{statistics.median(r[4] for r in runs) / seconds:>10.0f}"
         )
+    loads = (0, share_callers, flooders)
+    plot.draw(
+        "tenants",
+        [
+            plot.Panel(
+                "the steady tenant's p99",
+                "ms",
+                {
+                    label: {max(x, 1): [r[k] for r in runs] for k, x in enumerate(loads)}
+                    for label, runs in rows.items()
+                },
+            ),
+        ],  # the steady tenant alone sits at 1 on the log axis
+        x_label="the other tenant's callers (1: none)",
+        title="bench.tenants: a steady tenant beside another flooding at HIGH priority",
+    )
     ratio = statistics.median(r[2] / r[0] for r in rows["tenants"])
     share = statistics.median(r[1] / r[0] for r in rows["tenants"])
     verdict = "met" if ratio <= 1.5 else "MISSED"

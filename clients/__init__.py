@@ -26,6 +26,7 @@ from clients.types import (
     TokenProbability,
     Usage,
 )
+from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 from wire.sampling import Sampling
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "AsyncSluiceClient",
     "ChannelSettings",
     "ChatMessage",
+    "Constraint",
     "DeadlineExceededError",
     "GenerationChunk",
     "GenerationStream",
@@ -51,6 +53,9 @@ __all__ = [
     "TensorSpec",
     "TokenLogprob",
     "TokenProbability",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
     "UnauthenticatedError",
     "UnavailableError",
     "Usage",

@@ -63,6 +63,7 @@ _FINISH_REASONS: dict[pb.FinishReason.ValueType, FinishReason] = {
     pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_CANCELLED: "cancelled",
     pb.FINISH_REASON_ERROR: "error",
+    pb.FINISH_REASON_TOOL_CALLS: "tool_calls",
 }
 
 

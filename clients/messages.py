@@ -36,6 +36,7 @@ from clients.types import (
     TokenProbability,
     Usage,
 )
+from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 from wire.sampling import Sampling
 
 __all__ = [
@@ -98,10 +99,15 @@ def build_generate_request(
     sampling: Sampling | None = None,
     priority: PriorityName | None = None,
     request_id: str | None = None,
+    constraint: Constraint | None = None,
+    tools: Sequence[Tool] = (),
+    tool_choice: ToolChoice | None = None,
+    parallel_tool_calls: bool | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """The GenerateRequest. Sampling settings come as a `Sampling` or as its fields by keyword
-    (`max_tokens=16`), not both; unset ones stay unset so that the server's defaults apply."""
+    (`max_tokens=16`), not both; unset ones stay unset so that the server's defaults apply. `constraint`
+    says what the output must be (wire/constraint.py); `tools` and `tool_choice` what it may call."""
     if sampling is not None and fields:
         raise TypeError(f"give sampling= or sampling fields ({sorted(fields)}), not both")
     asked = sampling if sampling is not None else Sampling.of(fields)
@@ -113,11 +119,26 @@ def build_generate_request(
         priority=encode_priority(priority),
         request_id=request_id or "",
     )
+    if constraint is not None:
+        request.constraint.CopyFrom(constraint.to_proto())
+    request.tools.extend(tool.to_proto() for tool in tools)
+    if tool_choice is not None:
+        request.tool_choice.CopyFrom(tool_choice.to_proto())
+    if parallel_tool_calls is not None:
+        request.parallel_tool_calls = parallel_tool_calls
     if isinstance(prompt, str):
         request.text = prompt
     elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, ChatMessage) for m in prompt):
         request.chat.messages.extend(
-            pb.ChatMessage(role=m.role, content=m.content) for m in prompt if isinstance(m, ChatMessage)
+            pb.ChatMessage(
+                role=m.role,
+                content=m.content,
+                tool_calls=[call.to_proto() for call in m.tool_calls],
+                tool_call_id=m.tool_call_id,
+                name=m.name,
+            )
+            for m in prompt
+            if isinstance(m, ChatMessage)
         )
     elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
         request.token_ids.ids.extend(int(t) for t in prompt if isinstance(t, int))
@@ -173,6 +194,7 @@ def chunk_from_response(response: pb.GenerateResponse) -> GenerationChunk:
             TokenLogprob(_probability(entry.chosen), [_probability(t) for t in entry.top])
             for entry in response.logprobs
         ],
+        tool_calls=tuple(ToolCall.from_proto(call) for call in response.tool_calls),
     )
 
 

@@ -9,6 +9,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
+from wire.constraint import ToolCall
+
 __all__ = [
     "DType",
     "FinishReason",
@@ -25,7 +27,7 @@ __all__ = [
 ]
 
 PriorityName: TypeAlias = Literal["low", "normal", "high"]
-FinishReason: TypeAlias = Literal["length", "stop", "cancelled", "error"]
+FinishReason: TypeAlias = Literal["length", "stop", "cancelled", "error", "tool_calls"]
 # "unspecified" only appears if a server leaves the kind unset; it is reported rather than hidden.
 ModelKind: TypeAlias = Literal["tensor", "generative", "unspecified"]
 DType: TypeAlias = Literal["float32", "float64", "float16", "int32", "int64", "bool", "string", "unspecified"]
@@ -70,8 +72,11 @@ class StreamError:
 class ChatMessage:
     """One turn of a conversation to continue; the model's chat template renders the prompt."""
 
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
+    tool_call_id: str = ""  # the call a tool turn answers
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,7 @@ class GenerationChunk:
     usage: Usage | None = None
     error: StreamError | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token id, when asked for
+    tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, when finish_reason is "tool_calls"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ from shim.config import ShimSettings
 Child = Literal["server", "shim"]
 BOTH: tuple[Child, ...] = ("server", "shim")
 
-SHARED = frozenset({"auth_keys", "host"})  # the same file, the same interface: one flag, given to both
+# The same file, the same interface, the same collector: one flag, given to both.
+SHARED = frozenset({"auth_keys", "host", "otlp_endpoint", "otlp_sampling_ratio"})
 SET_BY_UP = frozenset({"upstream"})  # the shim's upstream is the server this command started
 RENAMED: dict[tuple[Child, str], str] = {
     ("server", "port"): "grpc_port",

@@ -15,6 +15,7 @@ quiet .venv/bin/python -m pip install "${pip_args[@]}" --no-deps --no-build-isol
 debs=()
 command -v h2load >/dev/null 2>&1 || debs+=(nghttp2-client)
 command -v chromium >/dev/null 2>&1 || debs+=(chromium)
+command -v promtool >/dev/null 2>&1 || debs+=(prometheus)  # promtool checks deploy/prometheus/'s rules
 if [ "${#debs[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debs[@]}" >/dev/null
 fi

@@ -24,6 +24,7 @@ from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
 from process.access_log import AccessLog
 from process.limits import raise_fd_limit
+from process.tracing import start_span_export
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
@@ -54,6 +55,7 @@ _INFER = f"/{SERVICE}/Infer"
 _GENERATE = f"/{SERVICE}/Generate"
 # The end of the grace period kept for final messages to reach slow readers (at most half the period).
 _DRAIN_FLUSH_S = 3.0
+_TRACE_FLUSH_S = 2.0  # the spans still queued get this long to reach the collector as the server stops
 
 
 class SluiceServer:
@@ -69,6 +71,10 @@ class SluiceServer:
         sys.setswitchinterval(settings.switch_interval_ms / 1000)
         self.devices = [resolve_device(d) for d in settings.devices or (settings.device,)]
         self.metrics = Metrics()
+        # Before any gRPC object exists: the export process starts with no gRPC thread to disturb.
+        self.tracing = start_span_export(
+            settings.otlp_endpoint, sampling_ratio=settings.otlp_sampling_ratio, service="sluice-server"
+        )
         # One memory breaker per device; with one device admission refuses on it directly, with several
         # each model's DeviceGates skips the devices whose breaker is open.
         named = [str(d) for d in self.devices]
@@ -90,8 +96,9 @@ class SluiceServer:
             access_log=AccessLog(settings.access_log),
             keys=Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None,
             max_request_bytes=settings.max_request_bytes_in_flight,
+            tracing=self.tracing,
         )
-        self.servicer = InferenceServicer()
+        self.servicer = InferenceServicer(self.metrics)
         # The Open Inference Protocol (KServe v2) over the same models, gates and metrics (server/kserve/).
         self.kserve = KServeServicer(
             self.servicer,
@@ -275,6 +282,7 @@ class SluiceServer:
                 await task
         for worker in self.workers:
             worker.shutdown()
+        self.tracing.shutdown(wait_s=_TRACE_FLUSH_S)
 
 
 def _check_free(host: str, port: int) -> None:

@@ -130,6 +130,12 @@ class Settings:
     kv_cache_memory: float = setting(
         0.9, help="fraction of the memory free at start-up the KV cache may take (see --kv-cache-bytes)"
     )
+    # On CPU the arena is mapped lazily: pages become resident as sequences first write them. Prefaulting
+    # makes it resident at start (as a GPU's is), so the memory is counted from the start and a host that
+    # cannot hold it fails then, not under load.
+    kv_cache_prefault: bool = setting(
+        False, help="write the whole KV cache at start-up (CPU: make it resident)"
+    )
     prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two
@@ -162,6 +168,13 @@ class Settings:
     log_level: str = setting("INFO", help="DEBUG, INFO, WARNING or ERROR")
     access_log: float = setting(
         0.0, help="fraction of calls that write a JSON access-log line to stderr: 0 none, 1 every call"
+    )
+    otlp_endpoint: str | None = setting(
+        None, help="OpenTelemetry collector (OTLP/gRPC, host:port or http(s)://host:port) traces are sent to",
+        shown="no tracing",
+    )  # fmt: skip
+    otlp_sampling_ratio: float = setting(
+        1.0, help="fraction of traces begun here that are sampled; a caller's traceparent decides for its own"
     )
 
     def __post_init__(self) -> None:
@@ -257,6 +270,7 @@ class Settings:
             "DEBUG, INFO, WARNING or ERROR",
         )
         _check(0.0 <= self.access_log <= 1.0, "access_log", "must be a fraction in [0, 1]")
+        _check(0.0 <= self.otlp_sampling_ratio <= 1.0, "otlp_sampling_ratio", "must be a fraction in [0, 1]")
         _check(self.torch_threads >= 0, "torch_threads", "must be >= 0 (0 = all cores but one)")
 
     @property

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 from wire.sampling import Sampling
 
 
@@ -45,6 +46,7 @@ class FinishReason(enum.Enum):
     STOP = "stop"
     CANCELLED = "cancelled"
     ERROR = "error"
+    TOOL_CALLS = "tool_calls"
 
 
 Array = npt.NDArray[np.generic]
@@ -114,14 +116,18 @@ class SamplingParams:
     min_tokens: int = 0  # EOS is masked and stop strings ignored until this many tokens
     ignore_eos: bool = False  # EOS is an ordinary token: generation runs to max_tokens
     logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and k alternatives
+    stop_token_ids: frozenset[int] = frozenset()  # end the stream as EOS does, never sent as text
 
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
-    """One message of a conversation; role is system, user or assistant."""
+    """One message of a conversation; role is system, user, assistant or tool."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
+    tool_call_id: str = ""  # the call a tool turn answers
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,10 @@ class GenerateSpec:
     sampling: Sampling = Sampling()  # noqa: RUF009
     priority: Priority = Priority.NORMAL
     request_id: str = ""
+    constraint: Constraint | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = ToolChoice("none")  # noqa: RUF009 (frozen)
+    parallel_tool_calls: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +157,18 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateTimings:
+    """Where one generation spent its time on the server, in seconds (the contract's GenerateTimings)."""
+
+    queue_wait_s: float  # arrival to the first scheduled step: admission, then the wait to join the batch
+    time_to_first_token_s: float  # arrival to the first token (0: none came)
+    decode_s: float  # first token to last
+    tokens: int
+    first_step: int  # the scheduler step that began its prefill (-1: it never joined)
+    batch_size: int  # sequences in that step
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +207,5 @@ class TokenChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: StreamError | None = None
+    tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, with finish_reason TOOL_CALLS
+    timings: GenerateTimings | None = None

@@ -168,6 +168,25 @@ class Metrics:
             buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
             registry=r,
         )
+        # Usage for billing and caps: label values are tenants of the keys file ("" without one) and served
+        # models, so a caller cannot grow the registry.
+        tm = ["tenant", "model"]
+        self.prompt_tokens = Counter(
+            "sluice_prompt_tokens_total", "Prompt tokens of Generate calls, by tenant and model.", tm,
+            registry=r,
+        )  # fmt: skip
+        self.completion_tokens = Counter(
+            "sluice_completion_tokens_total",
+            "Tokens generated for Generate calls (sent, or ready when the caller left), by tenant and model.",
+            tm,
+            registry=r,
+        )
+        self.cached_prompt_tokens = Counter(
+            "sluice_cached_prompt_tokens_total",
+            "Prompt tokens taken from the prefix cache, by tenant and model.",
+            tm,
+            registry=r,
+        )
         self.ttft = Histogram(
             "sluice_time_to_first_token_seconds",
             "Arrival to first token sent.",

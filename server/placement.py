@@ -108,6 +108,8 @@ async def _start_generative_model(
     context = model.descriptor.limits.context_length
     tokens, why = kv_tokens(model, s, context, placement.breaker.probe.read())
     cache = await worker.run(model.allocate_cache, tokens)
+    if s.kv_cache_prefault:
+        await worker.run(model.kv.prefault)
     log.info(
         "KV cache for %s on %s: %d tokens = %.1f MiB (%s), sequences up to %d tokens, prefix cache %s",
         model.descriptor.name,

@@ -16,14 +16,16 @@ from server.admission.tenants import CALLER
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
-from server.domain import ModelDescriptor
+from server.domain import ModelDescriptor, Usage
 from server.errors import InvalidArgument, ModelNotFound, SluiceError
+from server.metrics import Metrics
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics  # tokens in and out by tenant and model (None: not counted)
         # A model's replicas, one per device, in the order of DeviceGates' gates (admission picks one).
         self.batchers: dict[str, list[DynamicBatcher]] = {}
         self.schedulers: dict[str, list[ContinuousScheduler]] = {}
@@ -69,18 +71,33 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             slot = STREAM_SLOT.get()
             remaining = context.time_remaining()
             tenant = CALLER.get()
+            matcher = await scheduler.prepare(spec)
             seq = scheduler.submit(
                 spec,
                 on_release=slot.release if slot is not None else None,
                 deadline=None if remaining is None else time.monotonic() + remaining,
                 salt=tenant.entry.cache_salt if tenant is not None else "",
+                matcher=matcher,
+                admission_wait_s=ADMISSION_WAIT.get(),
             )
         except SluiceError as error:
             await abort(context, error)
             raise
         # From here on errors arrive as a final message with a finish reason, never as a silent cut.
-        async for chunk in scheduler.chunks(seq):
-            yield encode_chunk(chunk)
+        try:
+            async for chunk in scheduler.chunks(seq):
+                yield encode_chunk(chunk)
+        finally:  # a caller that left is billed for what was generated for it
+            if self.metrics is not None:
+                self._count(tenant.name if tenant is not None else "", spec.model, seq.usage())
+
+    def _count(self, tenant: str, model: str, usage: Usage) -> None:
+        m = self.metrics
+        assert m is not None
+        m.prompt_tokens.labels(tenant, model).inc(usage.prompt_tokens)
+        m.completion_tokens.labels(tenant, model).inc(usage.completion_tokens)
+        if usage.cached_tokens:
+            m.cached_prompt_tokens.labels(tenant, model).inc(usage.cached_tokens)
 
     async def ListModels(self, request: pb.ListModelsRequest, context: Context) -> pb.ListModelsResponse:
         return pb.ListModelsResponse(models=list(self.models.values()))

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from auth.keys import load_keys
 from process.access_log import AccessLog
+from process.tracing import start_tracing
 from shim import health, native, openai
 from shim import kserve as kserve_v2
 from shim.admission.bound import InflightBound
@@ -27,6 +28,7 @@ from shim.errors import SHIM_DOMAIN, ErrorBody, ShimError
 from shim.families import Families, Family, families_of
 from shim.metrics import CountingMiddleware, ShimMetrics
 from shim.refusals import internal_error
+from shim.tracing import TracingMiddleware
 from shim.upstream.channel import open_upstream
 
 # Every API family, in the order their routes match: a new family is a folder and an entry here.
@@ -72,6 +74,9 @@ async def _on_unexpected_error(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: ShimSettings) -> FastAPI:
     """The shim's ASGI app; the upstream channel opens in the lifespan, inside the serving event loop."""
+    tracing = start_tracing(
+        settings.otlp_endpoint, sampling_ratio=settings.otlp_sampling_ratio, service="sluice-shim"
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -81,6 +86,7 @@ def create_app(settings: ShimSettings) -> FastAPI:
             yield
         finally:
             await upstream.close()
+            tracing.shutdown(wait_s=2.0)
 
     app = FastAPI(
         title="Sluice shim",
@@ -105,6 +111,8 @@ def create_app(settings: ShimSettings) -> FastAPI:
     )
     # Outside admission, so that its refusals are counted too.
     app.add_middleware(CountingMiddleware, metrics=app.state.metrics)
+    if tracing.enabled:  # outside admission and counting: a refused request has its span too
+        app.add_middleware(TracingMiddleware, tracing=tracing, families=families)
     if settings.cors_allow_origins:
         # Added last, so outermost: a preflight is answered before admission, and refusals carry CORS headers.
         app.add_middleware(BrowserPolicy, origins=settings.cors_allow_origins)

@@ -95,10 +95,21 @@ class ShimSettings:
         (),
         help="origins allowed to call the API from a browser, comma-separated, or *; none: no CORS headers",
     )
+    otlp_endpoint: str | None = setting(
+        None, help="OpenTelemetry collector (OTLP/gRPC, host:port or http(s)://host:port) traces are sent to",
+        shown="no tracing",
+    )  # fmt: skip
+    otlp_sampling_ratio: float = setting(
+        1.0, help="fraction of traces begun here (no traceparent came) that are sampled"
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.access_log <= 1.0:
             raise ValueError(f"access_log must be a fraction in [0, 1], got {self.access_log}")
+        if not 0.0 <= self.otlp_sampling_ratio <= 1.0:
+            raise ValueError(
+                f"otlp_sampling_ratio must be a fraction in [0, 1], got {self.otlp_sampling_ratio}"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
         if (self.upstream_cert is None) != (self.upstream_key is None):

@@ -9,6 +9,9 @@ AUTHORIZATION = "authorization"
 REQUEST_ID = "x-request-id"
 #: The end user a gateway acts for (the shim forwards OpenAI's `user`), recorded in the access log only.
 USER = "x-sluice-user"
+#: W3C trace context (also the HTTP headers): the shim continues the caller's trace and sends its own span's.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 
 # -- gRPC trailers (and the shim's response headers) ----------------------------------------------------
 #: The tenant a call was served for.

@@ -30,6 +30,11 @@ class Sampling:
     min_tokens: int | None = None
     ignore_eos: bool = False
     logprobs: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) pairs, sorted by token id
+    stop_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, fields: Mapping[str, Any]) -> Sampling:
@@ -44,7 +49,13 @@ class Sampling:
             values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
         else:
             values.pop("stop", None)
-        return cls(**values)
+        bias = values.get("logit_bias")
+        if bias is not None:
+            pairs = bias.items() if isinstance(bias, Mapping) else bias
+            values["logit_bias"] = tuple(sorted((int(k), float(v)) for k, v in pairs))
+        if values.get("stop_token_ids") is not None:
+            values["stop_token_ids"] = tuple(values["stop_token_ids"])
+        return cls(**{k: v for k, v in values.items() if v is not None or k not in _TUPLES})
 
     def to_proto(self) -> pb.SamplingParams:
         message = pb.SamplingParams()
@@ -52,7 +63,9 @@ class Sampling:
             value = getattr(self, field.name)
             if value == field.default:
                 continue  # unset: the server's default applies
-            if isinstance(value, tuple):
+            if field.name in _MAPS:
+                getattr(message, field.name).update(dict(value))
+            elif isinstance(value, tuple):
                 getattr(message, field.name).extend(value)
             else:
                 setattr(message, field.name, value)
@@ -63,7 +76,9 @@ class Sampling:
         message: Any = proto  # fields by name: the typed stubs know each name only as a literal
         values: dict[str, Any] = {}
         for field in _FIELDS:
-            if _REPEATED[field.name]:
+            if field.name in _MAPS:
+                values[field.name] = tuple(sorted(getattr(message, field.name).items()))
+            elif _REPEATED[field.name]:
                 values[field.name] = tuple(getattr(message, field.name))
             elif message.HasField(field.name):
                 values[field.name] = getattr(message, field.name)
@@ -74,3 +89,5 @@ _FIELDS = dataclasses.fields(Sampling)
 FIELDS = frozenset(f.name for f in _FIELDS)
 _PROTO = pb.SamplingParams.DESCRIPTOR.fields_by_name
 _REPEATED = {name: bool(_PROTO[name].is_repeated) for name in FIELDS}  # a KeyError: a field the proto lacks
+_MAPS = frozenset(name for name in FIELDS if _PROTO[name].message_type is not None)  # map<,> fields
+_TUPLES = frozenset(f.name for f in _FIELDS if isinstance(f.default, tuple))

@@ -61,6 +61,7 @@ const FINISH_REASONS = {
   FINISH_REASON_STOP: 'stop',
   FINISH_REASON_CANCELLED: 'cancelled',
   FINISH_REASON_ERROR: 'error',
+  FINISH_REASON_TOOL_CALLS: 'tool_calls',
 };
 const MODEL_KINDS = { MODEL_KIND_TENSOR: 'tensor', MODEL_KIND_GENERATIVE: 'generative' };
 const seconds = (d) => (d ? Number(d.seconds) + d.nanos / 1e9 : 0);
@@ -79,6 +80,51 @@ function decodeChunk(msg) {
         }
       : null,
     error: msg.error ? { code: msg.error.code, message: msg.error.message, reason: msg.error.reason || null } : null,
+    toolCalls: (msg.tool_calls ?? []).map((c) => ({ id: c.id, name: c.name, arguments: c.arguments })),
+  };
+}
+
+// What the output must be (the proto's Constraint): { jsonSchema: object | string } | { jsonObject: true } |
+// { regex } | { choice: [strings] } | { grammar, syntax: 'lark' | 'gbnf' }.
+function buildConstraint(c) {
+  if (c.jsonSchema !== undefined) {
+    return { json_schema: typeof c.jsonSchema === 'string' ? c.jsonSchema : JSON.stringify(c.jsonSchema) };
+  }
+  if (c.jsonObject) return { json_object: {} };
+  if (c.regex !== undefined) return { regex: c.regex };
+  if (c.choice !== undefined) return { choice: { options: c.choice } };
+  if (c.grammar !== undefined) {
+    return { grammar: { text: c.grammar, syntax: c.syntax === 'gbnf' ? 'GRAMMAR_SYNTAX_GBNF' : 'GRAMMAR_SYNTAX_LARK' } };
+  }
+  throw new TypeError('a constraint is one of jsonSchema, jsonObject, regex, choice or grammar');
+}
+
+const TOOL_MODES = { none: 'TOOL_CHOICE_MODE_NONE', auto: 'TOOL_CHOICE_MODE_AUTO', required: 'TOOL_CHOICE_MODE_REQUIRED' };
+
+function buildTools(request, opts) {
+  if (opts.constraint) request.constraint = buildConstraint(opts.constraint);
+  if (opts.tools) {
+    request.tools = opts.tools.map((t) => ({
+      name: t.name,
+      description: t.description ?? '',
+      parameters_json: t.parameters ? JSON.stringify(t.parameters) : '',
+    }));
+  }
+  if (opts.toolChoice) {
+    request.tool_choice = typeof opts.toolChoice === 'string'
+      ? { mode: TOOL_MODES[opts.toolChoice] }
+      : { function: opts.toolChoice.function };
+  }
+  if (opts.parallelToolCalls !== undefined) request.parallel_tool_calls = opts.parallelToolCalls;
+}
+
+function chatMessage(m) {
+  return {
+    role: m.role,
+    content: m.content ?? '',
+    tool_calls: (m.toolCalls ?? []).map((c) => ({ id: c.id, name: c.name, arguments: c.arguments })),
+    tool_call_id: m.toolCallId ?? '',
+    name: m.name ?? '',
   };
 }
 
@@ -174,8 +220,11 @@ function createClient(target, { timeoutMs = 30_000, credentials } = {}) {
     /**
      * Start a generation. Returns an async iterable of chunks with cancel(); iteration after cancel() ends
      * quietly, other failures throw SluiceError. Leaving a for-await loop early cancels the call.
-     * Options: maxTokens, temperature, topP, topK, seed, stop, minTokens, ignoreEos, priority, requestId,
-     * timeoutMs.
+     * `prompt`: text, token ids, or chat messages ({ role, content, toolCalls, toolCallId, name }).
+     * Options: every SamplingParams field in camelCase (maxTokens, temperature, topP, topK, seed, stop,
+     * minTokens, ignoreEos, presencePenalty, frequencyPenalty, repetitionPenalty, logitBias, stopTokenIds),
+     * constraint, tools ({ name, description, parameters }), toolChoice ('none' | 'auto' | 'required' |
+     * { function }), parallelToolCalls, priority, requestId, timeoutMs.
      */
     generate(model, prompt, opts = {}) {
       const request = {
@@ -184,7 +233,9 @@ function createClient(target, { timeoutMs = 30_000, credentials } = {}) {
         priority: encodePriority(opts.priority),
         request_id: opts.requestId ?? '',
       };
+      buildTools(request, opts);
       if (typeof prompt === 'string') request.text = prompt;
+      else if (prompt.length && typeof prompt[0] === 'object') request.chat = { messages: prompt.map(chatMessage) };
       else request.token_ids = { ids: Array.from(prompt, Number) };
       const call = stub.Generate(request, new grpc.Metadata(), callOptions(opts));
       let cancelled = false;

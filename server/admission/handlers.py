@@ -19,12 +19,14 @@ from google.protobuf import descriptor_pool
 from prometheus_client import Gauge
 
 from process.access_log import AccessLog
+from process.tracing import Tracing
 from server.admission.gate import AdmissionGate
 from server.admission.reader import GuardedMethod, Refused, parsing_reader
 from server.admission.tenants import CALLER, TENANT_KEY
 from server.admission.watchdog import WriteWatchdog
 from server.codec.status import to_grpc_status
 from server.errors import SluiceError, clip
+from server.tracing import CallTracer
 from wire import metadata as metadata_names
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -95,16 +97,22 @@ def guarded_handler(
     watchdog: WriteWatchdog,
     access_log: AccessLog,
     finish: Callable[[], None] = lambda: None,
+    tracing: Tracing | None = None,
 ) -> Handler:
-    """`finish` runs as the call ends, however it ends (the policies' finish hooks)."""
+    """`finish` runs as the call ends, however it ends (the policies' finish hooks); with `tracing` on,
+    each call has its spans (server/tracing.py)."""
     name = method.name
+    tracer = CallTracer(tracing, _outcome) if tracing is not None and tracing.enabled else None
     if handler.unary_stream is not None:
         stream_behaviour: Any = handler.unary_stream
 
         async def guarded_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             call_log = _CallLog.sampled(access_log, name, request, context)
-            with call_log or _UNLOGGED, _finally(finish):
+            traced = tracer.call(name, request, context) if tracer is not None else None
+            with call_log or _UNLOGGED, traced or _UNLOGGED, _finally(finish):
                 slot = await admit(request, context, method)
+                if traced is not None:
+                    traced.admit(ADMISSION_WAIT.get())
                 STREAM_SLOT.set(slot)
                 # A stream's answers carry no request id of their own: the trailers say which it was.
                 context.set_trailing_metadata(_identity(request))
@@ -115,6 +123,8 @@ def guarded_handler(
                         watched.writing_since = clock()
                         if call_log is not None:
                             call_log.answer = message
+                        if traced is not None:
+                            traced.answer = message
                         yield message
                         watched.writing_since = 0.0
                 finally:
@@ -128,8 +138,11 @@ def guarded_handler(
 
     async def guarded_unary(request: Any, context: Context) -> Any:
         call_log = _CallLog.sampled(access_log, name, request, context)
-        with call_log or _UNLOGGED, _finally(finish):
+        traced = tracer.call(name, request, context) if tracer is not None else None
+        with call_log or _UNLOGGED, traced or _UNLOGGED, _finally(finish):
             slot = await admit(request, context, method)
+            if traced is not None:
+                traced.admit(ADMISSION_WAIT.get())
             context.set_trailing_metadata(_identity(request))
             try:
                 response = await unary_behaviour(request, context)
@@ -137,6 +150,8 @@ def guarded_handler(
                 slot.release()
             if call_log is not None:
                 call_log.answer = response
+            if traced is not None:
+                traced.answer = response
             return response
 
     return grpc.unary_unary_rpc_method_handler(
@@ -206,7 +221,7 @@ class _CallLog:
             line["user"] = clip(self.user, USER_LOG_LIMIT)
         if (tenant := CALLER.get()) is not None:
             line["tenant"] = tenant.name
-        if answer is not None and "timings" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
+        if answer is not None and "outputs" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
             timings = answer.timings
             line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
             line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
@@ -217,8 +232,14 @@ class _CallLog:
                     _CODE_NAMES.get(answer.error.code, "UNKNOWN"),
                     answer.error.reason,
                 )
+            line["prompt_tokens"] = answer.usage.prompt_tokens
             line["tokens"] = answer.usage.completion_tokens
             line["finish_reason"] = answer.finish_reason
+            if answer.HasField("timings"):
+                timings = answer.timings
+                line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
+                line["ttft_ms"] = round(timings.time_to_first_token.ToNanoseconds() / 1e6, 3)
+                line["decode_ms"] = round(timings.decode.ToNanoseconds() / 1e6, 3)
         self.log.write(**line)
 
 

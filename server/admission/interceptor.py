@@ -21,6 +21,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from process.access_log import AccessLog
+from process.tracing import Tracing
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.handlers import (
@@ -92,6 +93,7 @@ class AdmissionInterceptor(_ServerInterceptor):
         keys: Keys | None = None,
         max_request_bytes: int | None = None,
         policies: Sequence[AdmissionPolicy] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """`policies`: the list to run, in order; by default the server's own (policies/__init__.py), built
         from the other arguments."""
@@ -111,6 +113,7 @@ class AdmissionInterceptor(_ServerInterceptor):
             )
         )
         self.access_log = access_log or AccessLog(0.0)
+        self.tracing = tracing
         # Twice the stall timeout: a stalled consumer is first ended by its scheduler, with a final message
         # that is delivered if the peer reads again; the watchdog is the backstop for a stream that cannot
         # even take that message because its last write never completed.
@@ -196,6 +199,7 @@ class AdmissionInterceptor(_ServerInterceptor):
             watchdog=self.watchdog,
             access_log=self.access_log,
             finish=self.policies.finish,
+            tracing=self.tracing,
         )
 
     async def _admit(self, request: Any, context: Context, method: GuardedMethod) -> Slot:

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
+import llguidance
 import torch
 
 from server.batching.delivery import Delivery, finish
@@ -27,6 +28,7 @@ from server.batching.oom import OomRecovery, out_of_memory
 from server.batching.prefill import plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
 from server.batching.sequence import GenSequence
+from server.batching.shaping import OutputShaping
 from server.batching.step import StepChain, StepPlan, run_step
 from server.batching.stream import TokenStream, merge
 from server.batching.text import TextAssembler
@@ -92,6 +94,7 @@ class ContinuousScheduler:
         self._chain = StepChain(worker.flush)
         self._kv_published = 0.0
         self.delivery = Delivery(model, limits.context_length, metrics)
+        self.shaping = OutputShaping(model)
         self._wake = asyncio.Event()
         self._m_tokens = metrics.tokens.labels(name)
         self._m_active = metrics.sequences.labels(name)
@@ -116,6 +119,10 @@ class ContinuousScheduler:
         tokens = min(max_tokens or self.limits.default_max_tokens, self.limits.context_length)
         return tokens * self.step_s
 
+    async def prepare(self, spec: GenerateSpec) -> llguidance.LLMatcher | None:
+        """The spec's constraint compiled off the event loop (None without one); pass it to submit."""
+        return await self.shaping.prepare(spec)
+
     def submit(
         self,
         spec: GenerateSpec,
@@ -123,10 +130,13 @@ class ContinuousScheduler:
         on_release: Callable[[], None] | None = None,
         deadline: float | None = None,
         salt: str = "",
+        matcher: llguidance.LLMatcher | None = None,
+        admission_wait_s: float = 0.0,
     ) -> GenSequence:
         """Validates against the model's limits (raising before the stream starts) and queues to join.
         `on_release` is called once the sequence has left and given its KV region up; `deadline`
-        (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache."""
+        (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache;
+        `admission_wait_s`, the wait for its slot, counts in its timings."""
         prompt, params = resolve_request(spec, self.model, self.limits)
         seed = spec.sampling.seed if spec.sampling.seed is not None else secrets.randbits(63)
         seq = GenSequence(
@@ -141,7 +151,9 @@ class ContinuousScheduler:
             salt=salt,
             feed=list(prompt),
             on_release=on_release,
+            admission_wait_s=admission_wait_s,
         )
+        self.shaping.attach(seq, spec, matcher)
         self.joining.append(seq)
         self._wake.set()
         return seq
@@ -236,6 +248,9 @@ class ContinuousScheduler:
         )  # fmt: skip
         future = self.worker.submit_flushing(run_step, self.model, plan, self._chain)
         batch = completing + runnable
+        for seq in work.joined:
+            if seq.first_step < 0:  # a preempted sequence rejoins: its first step stays
+                seq.scheduled, seq.first_step, seq.first_batch = now, step, len(work.chunks) + len(runnable)
         return Inflight(step, future, work, [(s, s.epoch) for s in batch], [(s, s.epoch) for s in runnable])
 
     def _runnable(self, inflight: Inflight | None, now: float) -> tuple[list[GenSequence], list[int]]:

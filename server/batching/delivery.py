@@ -32,26 +32,31 @@ class Delivery:
         if seq.cancel_step is not None or seq.done:
             self.discard(seq, step)  # computed in a step planned before the consumer left; never sent
             return
+        now = seq.last_token_at = time.monotonic()
         if seq.generated == 0:
-            self._m_ttft.observe(time.monotonic() - seq.arrived)
+            seq.first_token_at = now
+            self._m_ttft.observe(now - seq.arrived)
         seq.generated += 1
         seq.last_token = token
         seq.produced.append(token)
         logprobs = [self._token_logprob(token, logprob)] if logprob is not None else []
-        if token == self.model.eos_id and not seq.params.ignore_eos:
+        params = seq.params
+        if (token == self.model.eos_id and not params.ignore_eos) or token in params.stop_token_ids:
             chunk = TokenChunk(text=seq.text.flush(), token_ids=[token], logprobs=logprobs)
-            finish(seq, FinishReason.STOP, chunk=chunk)
+            _end(seq, FinishReason.STOP, chunk)
             return
         text, stopped = seq.text.feed(
-            self.model.token_bytes(token), may_stop=seq.generated >= seq.params.min_tokens
+            self.model.token_bytes(token), may_stop=seq.generated >= params.min_tokens
         )
         chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
         if stopped:
-            finish(seq, FinishReason.STOP, chunk=chunk)
-        elif seq.generated >= seq.params.max_tokens or seq.position + 1 > self.context_length:
+            _end(seq, FinishReason.STOP, chunk)
+        elif seq.generated >= params.max_tokens or seq.position + 1 > self.context_length:
             chunk.text += seq.text.flush()
-            finish(seq, FinishReason.LENGTH, chunk=chunk)
+            _end(seq, FinishReason.LENGTH, chunk)
         else:
+            if seq.tools is not None:
+                chunk.text = seq.tools.feed(chunk.text)
             seq.stream.push(chunk)
 
     def _token_logprob(self, token: int, logprob: Logprob) -> TokenLogprob:
@@ -61,6 +66,19 @@ class Delivery:
             TokenProbability(token, token_bytes(token), chosen),
             tuple(TokenProbability(alt, token_bytes(alt), value) for alt, value in top),
         )
+
+
+def _end(seq: GenSequence, reason: FinishReason, chunk: TokenChunk) -> None:
+    """Ends a stream that ran its course; a generation with tools turns its withheld text into calls."""
+    if seq.tools is not None:
+        shown = seq.tools.feed(chunk.text)
+        rest, calls = seq.tools.finish(cut=reason is FinishReason.LENGTH)
+        chunk.text = shown + rest
+        if calls and reason is FinishReason.STOP:
+            chunk.tool_calls, reason = calls, FinishReason.TOOL_CALLS
+        elif calls:  # cut off by max_tokens after complete calls: still reported, with finish "length"
+            chunk.tool_calls = calls
+    finish(seq, reason, chunk=chunk)
 
 
 def finish(
@@ -74,6 +92,7 @@ def finish(
     final = chunk or TokenChunk()
     final.finish_reason = reason
     final.usage = seq.usage()
+    final.timings = seq.timings(time.monotonic())
     if error is not None:
         final.error = StreamError(code=error.code, message=error.message, reason=error.reason)
     seq.stream.finish(final)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from server.domain import GenerateSpec, SamplingParams
 from server.errors import InvalidArgument, LimitExceeded
 from server.runtimes.base import GenerativeModel
+from wire.sampling import Sampling
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ def resolve_request(
                 )
         prompt_field = "token_ids.ids"
     elif spec.prompt_chat is not None:
-        prompt = model.chat_prompt(spec.prompt_chat)
+        prompt = model.chat_prompt(spec.prompt_chat, spec.tools)
         prompt_field = "chat.messages"
     else:
         prompt = model.encode(spec.prompt_text or "")
@@ -94,6 +95,9 @@ def resolve_request(
             f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}",
             field="sampling.min_tokens",
         )
+    _check_token_ids(asked, model.vocab_size)
+    if asked.ignore_eos and (spec.constraint is not None or spec.tool_choice.mode == "required"):
+        raise InvalidArgument("ignore_eos cannot be combined with a constraint", field="sampling.ignore_eos")
     params = SamplingParams(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
@@ -104,5 +108,21 @@ def resolve_request(
         top_k=asked.top_k or 0,
         seed=asked.seed,
         stop=asked.stop,
+        stop_token_ids=frozenset(asked.stop_token_ids),
     )
     return prompt, params
+
+
+def _check_token_ids(asked: Sampling, vocab_size: int) -> None:
+    for token, _ in asked.logit_bias:
+        if not 0 <= token < vocab_size:
+            raise InvalidArgument(
+                f"token id {token} is outside the vocabulary [0, {vocab_size})",
+                field=f"sampling.logit_bias[{token}]",
+            )
+    for index, token in enumerate(asked.stop_token_ids):
+        if not 0 <= token < vocab_size:
+            raise InvalidArgument(
+                f"token id {token} is outside the vocabulary [0, {vocab_size})",
+                field=f"sampling.stop_token_ids[{index}]",
+            )

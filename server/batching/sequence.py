@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
-from server.domain import Priority, SamplingParams, Usage
+from server.domain import GenerateTimings, Priority, SamplingParams, Usage
 from server.kv.arena import Region
+from server.logits.state import RowState
+from server.tools.output import ToolOutput
 
 
 @dataclass(eq=False, slots=True)
@@ -42,6 +44,16 @@ class GenSequence:
     paused_since: float | None = None
     done: bool = False
     on_release: Callable[[], None] | None = None  # called once its KV region is given up (admission's slot)
+    logits: RowState | None = None  # grammar, penalties, bias: touched only on the model's thread
+    tools: ToolOutput | None = None  # where tools are given: the output is parsed for calls
+    # Its timings' stamps (monotonic): admission's wait before `arrived`, the step that first took it and
+    # that step's size, its first and latest tokens.
+    admission_wait_s: float = 0.0
+    scheduled: float = 0.0
+    first_step: int = -1
+    first_batch: int = 0
+    first_token_at: float = 0.0
+    last_token_at: float = 0.0
 
     @property
     def base(self) -> int:
@@ -52,6 +64,19 @@ class GenSequence:
     def rank(self) -> tuple[int, float, float]:
         """Admission's order, most important highest: priority, then the nearer deadline, then age."""
         return (int(self.priority), -self.deadline, -self.arrived)
+
+    def timings(self, now: float) -> GenerateTimings:
+        """What the final message reports; `now` stands in for the join of a sequence that never joined."""
+        wait = self.admission_wait_s
+        first = self.first_token_at
+        return GenerateTimings(
+            queue_wait_s=wait + (self.scheduled or now) - self.arrived,
+            time_to_first_token_s=wait + first - self.arrived if first else 0.0,
+            decode_s=self.last_token_at - first if first else 0.0,
+            tokens=self.generated,
+            first_step=self.first_step,
+            batch_size=self.first_batch,
+        )
 
     def usage(self) -> Usage:
         return Usage(

@@ -15,6 +15,9 @@ from server.batching.oom import release_cached_memory
 from server.batching.sampling import sample, uniforms
 from server.batching.sequence import GenSequence
 from server.domain import SamplingParams
+from server.logits.apply import Rows, accept
+from server.logits.apply import process as process_logits
+from server.logits.apply import start as start_masks
 from server.runtimes.base import GenerativeModel, Prefill
 
 
@@ -32,6 +35,7 @@ class StepPlan:
     uniforms: np.ndarray
     eos_masked: list[int]  # rows whose sequence may not end yet (min_tokens): EOS cannot be sampled there
     logprob_rows: list[tuple[int, int]]  # (row, alternatives) for the rows that asked for log-probabilities
+    processed: Rows  # rows with a grammar, penalties or logit_bias (server/logits), and their counts
 
     @classmethod
     def of(
@@ -60,9 +64,16 @@ class StepPlan:
             positions=positions,
             params=[s.params for s in batch],
             uniforms=uniforms(seeds, counters),
-            eos_masked=[row for row, s in enumerate(batch) if generated[row] < s.params.min_tokens],
+            eos_masked=[
+                row
+                for row, s in enumerate(batch)
+                if generated[row] < s.params.min_tokens and (s.logits is None or s.logits.matcher is None)
+            ],
             logprob_rows=[
                 (row, s.params.logprobs) for row, s in enumerate(batch) if s.params.logprobs is not None
+            ],
+            processed=[
+                (row, s.logits, generated[row]) for row, s in enumerate(batch) if s.logits is not None
             ],
         )
 
@@ -120,6 +131,7 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
         return StepResult([], {})  # a step of moves only
     inputs = _inputs(plan, chain, device)
     positions = torch.tensor(plan.positions, dtype=torch.long, device=device)
+    masks = start_masks(plan.processed, model.vocab_size, model.eos_id) if plan.processed else None
     chain.flush()  # the previous step's tokens were the last thing it was needed for
     logits = model.forward(plan.prefills, plan.bases, inputs, positions)
     if not len(logits):
@@ -131,6 +143,8 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
         if plan.logprob_rows
         else None
     )
+    if plan.processed:
+        process_logits(logits, plan.processed, masks)
     if plan.eos_masked and model.eos_id is not None:
         logits[plan.eos_masked, model.eos_id] = -torch.inf
     chosen = sample(
@@ -142,6 +156,8 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
     )
     chain.tokens = chosen
     tokens = [int(t) for t in chosen.tolist()]
+    if plan.processed:
+        accept(plan.processed, tokens)
     return StepResult(tokens, _logprobs(plan, tokens, logprobs) if logprobs is not None else {})
 
 

@@ -57,4 +57,6 @@ def merge(chunks: list[TokenChunk], final: TokenChunk | None) -> TokenChunk:
         out.logprobs.extend(chunk.logprobs)
     if final is not None:
         out.finish_reason, out.usage, out.error = final.finish_reason, final.usage, final.error
+        out.tool_calls = final.tool_calls
+        out.timings = final.timings
     return out

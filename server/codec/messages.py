@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
 
+from server.codec.constraints import check_logits_settings, decode_constraint, decode_tool_calls, decode_tools
 from server.codec.tensors import TO_PB, decode_tensor, encode_tensor
 from server.domain import (
     ChatTurn,
@@ -37,6 +38,7 @@ _FINISH = {
     FinishReason.STOP: pb.FINISH_REASON_STOP,
     FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED,
     FinishReason.ERROR: pb.FINISH_REASON_ERROR,
+    FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
 }
 _KIND = {ModelKind.TENSOR: pb.MODEL_KIND_TENSOR, ModelKind.GENERATIVE: pb.MODEL_KIND_GENERATIVE}
 
@@ -102,6 +104,8 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         raise InvalidArgument(f"top_p must be in (0, 1], got {s.top_p}", field="sampling.top_p")
     if s.HasField("top_k") and s.top_k < 0:
         raise InvalidArgument(f"top_k must be >= 0, got {s.top_k}", field="sampling.top_k")
+    check_logits_settings(s)
+    tools, tool_choice = decode_tools(request)
     return GenerateSpec(
         model=request.model,
         prompt_text=request.text if which == "text" else None,
@@ -110,10 +114,14 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         sampling=replace(Sampling.from_proto(s), logprobs=_decode_logprobs(s)),
         priority=decode_priority(request.priority),
         request_id=request.request_id,
+        constraint=decode_constraint(request),
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=not request.HasField("parallel_tool_calls") or request.parallel_tool_calls,
     )
 
 
-_ROLES = frozenset(("system", "user", "assistant"))
+_ROLES = frozenset(("system", "user", "assistant", "tool"))
 MAX_LOGPROBS = 5  # as OpenAI's completions API; each alternative costs a top-k over the vocabulary
 
 
@@ -124,10 +132,11 @@ def _decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:
     for index, message in enumerate(chat.messages):
         if message.role not in _ROLES:
             raise InvalidArgument(
-                f"role must be system, user or assistant, got {clip(message.role)!r}",
+                f"role must be system, user, assistant or tool, got {clip(message.role)!r}",
                 field=f"chat.messages[{index}].role",
             )
-        turns.append(ChatTurn(message.role, message.content))
+        calls = decode_tool_calls(list(message.tool_calls), f"chat.messages[{index}].tool_calls")
+        turns.append(ChatTurn(message.role, message.content, calls, message.tool_call_id, message.name))
     return tuple(turns)
 
 
@@ -155,6 +164,14 @@ def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
         out.usage.completion_tokens = chunk.usage.completion_tokens
         out.usage.total_tokens = chunk.usage.total_tokens
         out.usage.cached_tokens = chunk.usage.cached_tokens
+    out.tool_calls.extend(call.to_proto() for call in chunk.tool_calls)
+    if chunk.timings is not None:
+        t = chunk.timings
+        out.timings.queue_wait.FromNanoseconds(int(t.queue_wait_s * 1e9))
+        out.timings.time_to_first_token.FromNanoseconds(int(t.time_to_first_token_s * 1e9))
+        out.timings.decode.FromNanoseconds(int(t.decode_s * 1e9))
+        out.timings.tokens, out.timings.first_step = t.tokens, t.first_step
+        out.timings.batch_size = t.batch_size
     if chunk.error is not None:
         out.error.code = grpc.StatusCode[chunk.error.code].value[0]
         out.error.message = chunk.error.message

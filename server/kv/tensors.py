@@ -39,6 +39,12 @@ class KvTensors:
         self.k, self.v = both[0], both[1]
         return 2 * self.k.numel() * self.k.element_size()
 
+    def prefault(self) -> None:
+        """Writes every page of a lazily mapped (CPU) arena, so all of it is resident now."""
+        if self.device.type == "cpu":
+            self.k.zero_()
+            self.v.zero_()
+
     def copy(self, moves: list[tuple[int, int, int]]) -> None:
         """(source, destination, tokens) in order; an overlapping move goes through a temporary."""
         for source, destination, n in moves:

@@ -16,6 +16,8 @@ import torch
 from server.domain import Array, ChatTurn, DType, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
 from server.kv.tensors import KvTensors
+from server.tools.format import default_turns
+from wire.constraint import Tool
 
 
 class TensorModel(abc.ABC):
@@ -122,10 +124,11 @@ class GenerativeModel(abc.ABC):
     def encode(self, text: str) -> list[int]:
         """Turns prompt text into token ids."""
 
-    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
+    def chat_prompt(self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = ()) -> list[int]:
         """A conversation as prompt tokens. Runtimes whose tokenizer has a chat template override this; the
-        default renders DEFAULT_CHAT_TEMPLATE and ends where the assistant speaks next."""
-        return self.encode(default_chat_text(turns))
+        default renders DEFAULT_CHAT_TEMPLATE (tools as a first system turn, server/tools/format.py) and
+        ends where the assistant speaks next."""
+        return self.encode(default_chat_text(default_turns(turns, tools)))
 
     @abc.abstractmethod
     def token_bytes(self, token_id: int) -> bytes:

@@ -13,6 +13,8 @@ import torch
 
 from server.domain import ChatTurn, ModelDescriptor, ModelKind, ModelLimits
 from server.runtimes.base import GenerativeModel, default_chat_text
+from server.tools.format import default_tools_turn, default_turns, hf_messages, openai_functions
+from wire.constraint import Tool
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -42,12 +44,22 @@ class HfCheckpoint:
             return list(text.encode("utf-8"))
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
-        """The tokenizer's own chat template when it has one (Llama, Qwen2, ...), else the default."""
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            return self.encode(default_chat_text(turns))
-        messages = [{"role": turn.role, "content": turn.content} for turn in turns]
-        ids: Any = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    def chat_prompt(self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = ()) -> list[int]:
+        """The tokenizer's own chat template when it has one (Llama, Qwen2, ...), else the default. A
+        template that does not read tools gets them as the default's system turn."""
+        template = getattr(self.tokenizer, "chat_template", None) if self.tokenizer is not None else None
+        if not template:
+            return self.encode(default_chat_text(default_turns(turns, tools)))
+        takes_tools = "tools" in str(template)
+        if tools and not takes_tools:
+            turns = [default_tools_turn(tools), *turns]
+        messages = hf_messages(turns)
+        ids: Any = self.tokenizer.apply_chat_template(
+            messages,
+            tools=openai_functions(tools) if tools and takes_tools else None,
+            tokenize=True,
+            add_generation_prompt=True,
+        )
         if not isinstance(ids, list):  # a BatchEncoding where the tokenizer is set to return dicts
             ids = ids["input_ids"]
         return [int(token) for token in ids]
@@ -153,8 +165,8 @@ class HfGenerativeModel(GenerativeModel):
     def encode(self, text: str) -> list[int]:
         return self.checkpoint.encode(text)
 
-    def chat_prompt(self, turns: Sequence[ChatTurn]) -> list[int]:
-        return self.checkpoint.chat_prompt(turns)
+    def chat_prompt(self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = ()) -> list[int]:
+        return self.checkpoint.chat_prompt(turns, tools)
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.checkpoint.token_bytes[token_id]

@@ -34,6 +34,7 @@ from shim.identity import (
     request_id_from,
 )
 from shim.refusals import shim_overloaded
+from shim.request_metrics import LOG_FIELDS
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
@@ -83,6 +84,7 @@ class AdmissionMiddleware:
         REQUEST_ID.set(request_id)
         identity = [(REQUEST_ID_HEADER.encode(), request_id.encode())]
         log = _Line(self.access_log, scope, request_id) if self.access_log.sampled() else None
+        LOG_FIELDS.set(None if log is None else log.fields)  # the routes add the tokens and timings
         send = _identified(send, identity, log)
         try:
             if self.keys is not None:  # on the headers alone: a refused body is never read nor parsed

@@ -3,6 +3,7 @@ generation.py."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,6 +20,7 @@ from pydantic import (
 
 from clients.types import PriorityName
 from shim.proto_values import Int32, Text, UInt64, utf8
+from wire.constraint import Constraint
 
 _INT64_MAX = 2**63 - 1
 # numpy's limit on the number of dimensions; the shape's product is computed, so its length is bounded.
@@ -81,6 +83,35 @@ class InferBody(_Body):
     request_id: Text | None = None
 
 
+class ConstraintBody(_Body):
+    """What the output must be: exactly one of the kinds (the Generate request's Constraint)."""
+
+    json_schema: dict[str, Any] | bool | None = None
+    json_object: StrictBool | None = None
+    regex: Text | None = None
+    choice: list[Text] | None = None
+    grammar: Text | None = None
+    grammar_syntax: Literal["lark", "gbnf"] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ConstraintBody:
+        kinds = [k for k in ("json_schema", "json_object", "regex", "choice", "grammar") if getattr(self, k)]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of json_schema, json_object, regex, choice or grammar")
+        return self
+
+    def to_constraint(self) -> Constraint:
+        if self.json_schema is not None:
+            return Constraint.json_schema(json.dumps(self.json_schema))
+        if self.json_object:
+            return Constraint.json_object()
+        if self.regex is not None:
+            return Constraint.regex(self.regex)
+        if self.choice is not None:
+            return Constraint.choice(self.choice)
+        return Constraint.grammar(self.grammar or "", self.grammar_syntax)
+
+
 class GenerateBody(_Body):
     """POST /v1/generate; sampling ranges are the server's to judge, so only wire ranges are checked here."""
 
@@ -95,6 +126,12 @@ class GenerateBody(_Body):
     stop: Text | list[Text] | None = None
     min_tokens: Int32 | None = None
     ignore_eos: StrictBool = False
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[Annotated[str, Field(pattern=r"^\d{1,10}$")], float] | None = None
+    stop_token_ids: list[Int32] | None = None
+    constraint: ConstraintBody | None = None
     stream: StrictBool = False
     priority: PriorityName | None = None
     request_id: Text | None = None

@@ -69,8 +69,8 @@ async def generate(request: Request) -> Response:
         request,
         generations,
         stream=body.stream,
-        answer=lambda choices: JsonResponse(generation.answer(choices[0])),
-        events=lambda calls: generation.events(calls, heartbeat_s=heartbeat_s),
+        answer=lambda choices: JsonResponse(generation.answer(choices[0], model=body.model)),
+        events=lambda calls: generation.events(calls, heartbeat_s=heartbeat_s, model=body.model),
     )
 
 

@@ -220,6 +220,7 @@ def generate_request_to_proto(body: GenerateBody, *, priority: PriorityName | No
         sampling=Sampling.of(sampling),
         priority=priority,
         request_id=body.request_id or current_request_id(),
+        constraint=body.constraint.to_constraint() if body.constraint is not None else None,
     )
 
 

@@ -16,7 +16,9 @@ from clients.types import ChatMessage
 from shim.identity import current_request_id
 from shim.openai.request_models import ChatCompletionRequest
 from shim.openai.streaming import choice_events, data_event, token_text, usage_json
+from shim.openai.structured import tool_choice_of, tools_of
 from shim.stream.consumer import Choice, Generations, Piece
+from wire.constraint import ToolCall
 
 # OpenAI's developer role is its newer name for the system prompt.
 _ROLES = {"developer": "system"}
@@ -25,7 +27,18 @@ _ROLES = {"developer": "system"}
 def generate_requests(
     body: ChatCompletionRequest, *, request_id: str, priority: Any
 ) -> list[pb.GenerateRequest]:
-    messages = [ChatMessage(_ROLES.get(m.role, m.role), m.text) for m in body.messages]  # type: ignore[arg-type]
+    messages = [
+        ChatMessage(
+            _ROLES.get(m.role, m.role),  # type: ignore[arg-type]
+            m.text,
+            tuple(ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ()),
+            m.tool_call_id or "",
+            m.name or "",
+        )
+        for m in body.messages
+    ]
+    tools = tools_of(body.tools)
+    constraint = body.constraint()
     return [
         build_generate_request(
             body.model,
@@ -41,9 +54,37 @@ def generate_requests(
             min_tokens=body.min_tokens,
             ignore_eos=body.ignore_eos,
             logprobs=body.alternatives,
+            constraint=constraint,
+            tools=tools,
+            tool_choice=tool_choice_of(body.tool_choice),
+            parallel_tool_calls=body.parallel_tool_calls,
+            **body.sampling_fields(),
         )
         for i in range(body.n)
     ]
+
+
+def tool_calls_json(calls: Sequence[pb.ToolCall], *, indexed: bool = False) -> list[dict[str, Any]]:
+    """OpenAI's tool_calls: in a message, or (indexed) in a stream's delta."""
+    out = []
+    for index, call in enumerate(calls):
+        entry: dict[str, Any] = {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        out.append({"index": index, **entry} if indexed else entry)
+    return out
+
+
+def _message(choice: Choice) -> dict[str, Any]:
+    if not choice.tool_calls:
+        return {"role": "assistant", "content": choice.text}
+    return {
+        "role": "assistant",
+        "content": choice.text or None,
+        "tool_calls": tool_calls_json(choice.tool_calls),
+    }
 
 
 def new_id() -> str:
@@ -71,7 +112,7 @@ def completion(body: ChatCompletionRequest, choices: list[Choice], *, request_id
         "choices": [
             {
                 "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
+                "message": _message(c),
                 "logprobs": _logprobs(c.logprobs, body.logprobs),
                 "finish_reason": c.finish_reason,
             }
@@ -98,6 +139,8 @@ async def chunks(
     def render(piece: Piece) -> Iterator[bytes]:
         if piece.text or piece.logprobs:
             yield event(piece.index, {"content": piece.text}, None, _logprobs(piece.logprobs, body.logprobs))
+        if piece.tool_calls:
+            yield event(piece.index, {"tool_calls": tool_calls_json(piece.tool_calls, indexed=True)}, None)
         if piece.finish_reason is not None:
             yield event(piece.index, {}, piece.finish_reason)
 

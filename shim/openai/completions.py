@@ -19,6 +19,7 @@ from shim.stream.consumer import Choice, Generations, Piece
 
 
 def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any) -> list[pb.GenerateRequest]:
+    constraint = body.constraint()
     return [
         build_generate_request(
             body.model,
@@ -34,6 +35,8 @@ def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any
             min_tokens=body.min_tokens,
             ignore_eos=body.ignore_eos,
             logprobs=body.logprobs,
+            constraint=constraint,
+            **body.sampling_fields(),
         )
         for p, prompt in enumerate(body.prompts)
         for i in range(body.n)

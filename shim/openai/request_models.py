@@ -1,6 +1,6 @@
 """The request bodies of the OpenAI routes, as the official SDKs send them. A parameter Sluice cannot honour
-(tools, response formats other than text, penalties other than 0, ...) is refused naming it, never
-silently ignored; one the API does not know is refused too."""
+(the deprecated `functions`, `echo`, ...) is refused naming it, never silently ignored; one the API does
+not know is refused too. Structured outputs, tools and logits settings are in structured.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
+from shim.openai.structured import (
+    NamedToolChoice,
+    ParamError,
+    Shaping,
+    ToolParam,
+)
 from shim.proto_values import Int32, Text, UInt64
 
 MAX_LOGPROBS = 5  # the server's bound on alternatives per token
@@ -30,20 +36,7 @@ class Unsupported(ValueError):
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Accepted, and refused unless they ask for nothing Sluice would ignore.
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
     user: Text | None = None  # forwarded to the server's access log
-
-    @model_validator(mode="after")
-    def _refuse_unsupported(self) -> Any:
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                raise Unsupported(name, "penalties other than 0")
-        if self.logit_bias:
-            raise Unsupported("logit_bias", "token biases")
-        return self
 
 
 class StreamOptions(BaseModel):
@@ -52,8 +45,9 @@ class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
 
-class _Sampling(_Body):
-    """What completions and chat share; top_k, min_tokens and ignore_eos are vLLM's extras."""
+class _Sampling(Shaping, _Body):
+    """What completions and chat share; top_k, min_tokens, ignore_eos and the guided_* fields are vLLM's
+    extras."""
 
     model: Text = Field(min_length=1)
     temperature: Temperature | None = None
@@ -83,15 +77,43 @@ class TextPart(BaseModel):
     text: Text
 
 
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Text
+    arguments: Text
+
+
+class AssistantToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Text
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Text | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Text | list[TextPart] | None = None
     name: Text | None = None
+    tool_calls: list[AssistantToolCall] | None = None
+    tool_call_id: Text | None = None
+    refusal: Text | None = None  # what the SDK echoes back of an assistant turn
+
+    @model_validator(mode="after")
+    def _content_or_calls(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content is required, except in an assistant message with tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id it answers")
+        return self
 
     @property
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
@@ -103,23 +125,27 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Int32 | None = None
     logprobs: StrictBool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
-    response_format: dict[str, Any] | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: Annotated[list[ToolParam], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     functions: list[Any] | None = None
     function_call: Any = None
     parallel_tool_calls: StrictBool | None = None
 
     @model_validator(mode="after")
-    def _refuse_tools(self) -> ChatCompletionRequest:
-        for name in ("tools", "functions"):
-            if getattr(self, name):
-                raise Unsupported(name, "this server calls no tools")
-        for name in ("tool_choice", "function_call"):
-            if getattr(self, name) not in (None, "none"):
-                raise Unsupported(name, "this server calls no tools")
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            raise Unsupported("response_format", "only {'type': 'text'}")
+    def _check_tools(self) -> ChatCompletionRequest:
+        if self.functions:
+            raise Unsupported("functions", "the deprecated functions; send tools")
+        if self.function_call not in (None, "none"):
+            raise Unsupported("function_call", "the deprecated function_call; send tool_choice")
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise ParamError("tool_choice", "tool_choice needs tools")
+        names = [t.function.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise ParamError("tools", "tool names must be unique")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            chosen = self.tool_choice.function.name
+            raise ParamError("tool_choice", f"tool_choice names {chosen!r}, which is not among the tools")
+        self.constraint()  # refuses two constraints at once, while parsing
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         return self
@@ -156,6 +182,7 @@ class CompletionRequest(_Sampling):
 
     @model_validator(mode="after")
     def _refuse_options(self) -> CompletionRequest:
+        self.constraint()
         if self.echo:
             raise Unsupported("echo", "the prompt is not returned")
         if self.suffix:

@@ -19,6 +19,16 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
+class RequestMetrics(BaseModel):
+    """vLLM's per-request `metrics`, from the server's timings (shim/request_metrics.py)."""
+
+    queue_time_ms: float  # arrival at the server to the first step it joined
+    time_to_first_token_ms: float  # arrival at the server to the first token
+    generation_time_ms: float  # first token to last
+    mean_itl_ms: float  # mean gap between two tokens
+    tokens_per_second: float  # completion tokens over generation_time_ms
+
+
 class TopLogprob(BaseModel):
     token: str
     logprob: float
@@ -52,6 +62,7 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    metrics: RequestMetrics | None = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -75,6 +86,7 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    metrics: RequestMetrics | None = None
 
 
 class Embedding(BaseModel):

@@ -24,7 +24,9 @@ from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
 from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
+from shim.openai.structured import ParamError
 from shim.refusals import invalid_argument
+from shim.request_metrics import request_metrics
 from shim.stream.consumer import Choice, Generations, respond
 from shim.upstream.call_options import CallOptions, call_options
 from shim.upstream.channel import settings_of, upstream_of
@@ -49,6 +51,8 @@ _INDEXED = re.compile(r"\[\d+\].*$")
 
 
 def openai_param(proto_path: str) -> str:
+    if proto_path.startswith("constraint"):
+        return "response_format"
     path = _INDEXED.sub("", proto_path)
     return _PARAM_BY_PROTO.get(path, path.removeprefix("sampling."))
 
@@ -62,6 +66,11 @@ def parse(raw: bytes, schema: type[BodyT]) -> BodyT:
         errors = exc.errors(include_url=False, include_input=False)
         for error in errors:
             cause = error.get("ctx", {}).get("error")
+            if isinstance(cause, ParamError):
+                violation = FieldViolation(cause.param, str(cause))
+                raise invalid_argument(
+                    str(cause), reason="CONFLICTING_PARAMETERS", violations=(violation,)
+                ) from None
             if isinstance(cause, Unsupported):
                 violation = FieldViolation(cause.param, str(cause))
                 raise invalid_argument(
@@ -109,7 +118,12 @@ async def _create(
         failed = next((c.error for c in choices if c.error is not None), None)
         if failed is not None:  # a choice that ended with an error fails the whole request
             raise ShimError(failed)
-        return JsonResponse(dialect.completion(body, choices, request_id=request_id))
+        answered = dialect.completion(body, choices, request_id=request_id)
+        # vLLM's per-request `metrics` beside the usage (docs: README, "Per-request timings").
+        answered["metrics"] = request_metrics(
+            answered["usage"], [c.timings for c in choices], model=body.model
+        )
+        return JsonResponse(answered)
 
     heartbeat_s = settings.sse_heartbeat_s
     return await respond(

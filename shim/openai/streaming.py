@@ -13,6 +13,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from shim import jsonio
 from shim.errors import ErrorBody, ShimError
 from shim.openai.errors import openai_error_json
+from shim.request_metrics import request_metrics
 from shim.stream.consumer import Generations, Piece
 from shim.stream.paced import Heartbeat
 from shim.stream.sse import PING
@@ -53,8 +54,9 @@ async def choice_events(
 ) -> AsyncIterator[bytes]:
     """Both APIs' stream after its opening: heartbeats pass through, an error (a failed call, or a choice
     that ended with one) ends it as an error event, `render` writes each piece's chunks, then the usage
-    chunk where asked for and [DONE]."""
+    chunk where asked for (with the request's `metrics`, as vLLM's) and [DONE]."""
     usages: dict[int, pb.Usage] = {}
+    timings: list[pb.GenerateTimings] = []
     async for item in generations.events(heartbeat_s=heartbeat_s):
         if isinstance(item, Heartbeat):
             yield PING
@@ -66,8 +68,11 @@ async def choice_events(
             yield event
         if item.finish_reason is not None:  # a choice's last piece
             usages[item.index] = item.usage
+            timings.append(item.timings)
+    usage = usage_json(usages, n=n)
+    metrics = request_metrics(usage, timings, model=str(head.get("model", "")))
     if include_usage:
-        yield data_event({**head, "choices": [], "usage": usage_json(usages, n=n)})
+        yield data_event({**head, "choices": [], "usage": usage, "metrics": metrics})
     yield DONE
 
 

@@ -34,6 +34,7 @@ from shim.upstream.disconnect import ClientDisconnected, client_left, unless_dis
 GenerateCall = grpc.aio.UnaryStreamCall[pb.GenerateRequest, pb.GenerateResponse]
 _ENDED_EARLY = "the upstream ended the generation without a final message"
 _NO_USAGE = pb.Usage()  # what a piece before the last carries: the usage comes with the final message
+_NO_TIMINGS = pb.GenerateTimings()
 
 
 @dataclass(slots=True)
@@ -48,16 +49,21 @@ class Piece:
     finish_reason: str | None
     usage: pb.Usage
     error: ErrorBody | None
+    timings: pb.GenerateTimings  # the server's, on the last piece
+    tool_calls: Sequence[pb.ToolCall] = ()  # on the last piece, when finish_reason is tool_calls
 
     @classmethod
     def of(cls, index: int, message: pb.GenerateResponse) -> Piece:
         finish = finish_reason_name(message.finish_reason)
         if finish is None:  # the common case, per token: no usage, and an error ends a generation
-            return cls(index, message.text, message.token_ids, message.logprobs, None, _NO_USAGE, None)
+            return cls(
+                index, message.text, message.token_ids, message.logprobs, None, _NO_USAGE, None, _NO_TIMINGS
+            )
         error = None
         if message.HasField("error"):
             error = from_stream_error(message.error.code, message.error.message, message.error.reason)
-        return cls(index, message.text, message.token_ids, message.logprobs, finish, message.usage, error)
+        text, ids, usage, timings = message.text, message.token_ids, message.usage, message.timings
+        return cls(index, text, ids, message.logprobs, finish, usage, error, timings, message.tool_calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,8 @@ class Choice:
     finish_reason: str
     usage: pb.Usage
     error: ErrorBody | None
+    timings: pb.GenerateTimings
+    tool_calls: Sequence[pb.ToolCall] = ()
 
 
 Event = Piece | Failed | Heartbeat
@@ -139,7 +147,15 @@ class Generations:
             logprobs.extend(piece.logprobs)
             if piece.finish_reason is not None:
                 return Choice(
-                    index, "".join(texts), token_ids, logprobs, piece.finish_reason, piece.usage, piece.error
+                    index,
+                    "".join(texts),
+                    token_ids,
+                    logprobs,
+                    piece.finish_reason,
+                    piece.usage,
+                    piece.error,
+                    piece.timings,
+                    piece.tool_calls,
                 )
             message = await self.calls[index].read()
         raise upstream_protocol_error(_ENDED_EARLY)

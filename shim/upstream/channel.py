@@ -44,8 +44,12 @@ def open_upstream(settings: ShimSettings) -> Upstream:
         )
     # With --auth-keys each call carries the token of the request it serves (interceptors cost ~20 us a call,
     # so a shim without keys adds none).
-    interceptors = forwarding_interceptors() if settings.auth_keys else None
-    channel = open_aio_channel(settings.upstream, channel_settings(settings), credentials, interceptors)
+    interceptors = forwarding_interceptors(
+        token=settings.auth_keys is not None, trace_context=settings.otlp_endpoint is not None
+    )
+    channel = open_aio_channel(
+        settings.upstream, channel_settings(settings), credentials, interceptors or None
+    )
     return Upstream(
         channel=channel,
         inference=inference_pb2_grpc.InferenceServiceStub(channel),

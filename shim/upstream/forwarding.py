@@ -1,6 +1,7 @@
-"""The upstream channel's interceptors that add the served request's token to each call as `authorization`
-metadata (set by the admission middleware in shim.identity.FORWARDED_TOKEN), so that the server checks the
-same tenant, its models and quotas."""
+"""The upstream channel's interceptors that forward what the served request carries to each call it makes:
+its token as `authorization` metadata (set by the admission middleware in shim.identity.FORWARDED_TOKEN), so
+that the server checks the same tenant, its models and quotas; and, with tracing on, the shim's span as
+W3C `traceparent` metadata (shim/tracing.py), so that the server's spans join the caller's trace."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from grpc import aio
 
+from process.tracing import inject
 from shim.identity import FORWARDED_TOKEN
 from wire.metadata import AUTHORIZATION
+
+Rewrite = Callable[[Any], Any]
 
 
 def _with_token(details: Any) -> Any:
@@ -19,6 +23,14 @@ def _with_token(details: Any) -> Any:
         return details
     metadata = [*(details.metadata or ()), (AUTHORIZATION, f"Bearer {token}")]
     return details._replace(metadata=metadata)
+
+
+def _with_trace_context(details: Any) -> Any:
+    carrier: dict[str, str] = {}
+    inject(carrier)  # nothing when no span is current (a probe, an unsampled trace writes flags 00)
+    if not carrier:
+        return details
+    return details._replace(metadata=[*(details.metadata or ()), *carrier.items()])
 
 
 if TYPE_CHECKING:
@@ -30,19 +42,38 @@ else:  # the runtime classes are not generic; only the type stubs are
 
 
 class _UnaryUnary(_UnaryUnaryBase):
+    def __init__(self, rewrite: Rewrite) -> None:
+        self.rewrite = rewrite
+
     async def intercept_unary_unary(
         self, continuation: Callable[..., Any], details: Any, request: Any
     ) -> Any:
-        return await continuation(_with_token(details), request)
+        return await continuation(self.rewrite(details), request)
 
 
 class _UnaryStream(_UnaryStreamBase):
+    def __init__(self, rewrite: Rewrite) -> None:
+        self.rewrite = rewrite
+
     async def intercept_unary_stream(
         self, continuation: Callable[..., Any], details: Any, request: Any
     ) -> Any:
-        return await continuation(_with_token(details), request)
+        return await continuation(self.rewrite(details), request)
 
 
-def forwarding_interceptors() -> list[Any]:
-    """Interceptors for the upstream channel that add the served request's token to each call."""
-    return [_UnaryUnary(), _UnaryStream()]
+def forwarding_interceptors(*, token: bool = True, trace_context: bool = False) -> list[Any]:
+    """Interceptors for the upstream channel that add the served request's token and/or trace context to
+    each call; none when neither is asked for (interceptors cost ~20 us a call)."""
+    rewrites = [r for r, wanted in ((_with_token, token), (_with_trace_context, trace_context)) if wanted]
+    if not rewrites:
+        return []
+    if len(rewrites) == 1:
+        rewrite = rewrites[0]
+    else:
+
+        def rewrite(details: Any) -> Any:
+            for step in rewrites:
+                details = step(details)
+            return details
+
+    return [_UnaryUnary(rewrite), _UnaryStream(rewrite)]

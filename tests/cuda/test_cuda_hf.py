@@ -188,3 +188,46 @@ def test_prefix_cache_and_preemption_on_the_gpu_equal_generate(llama: Path) -> N
         f"\nCUDA KV arena: {len(results)} streams equal generate; {hits:.0f} prefix hits, "
         f"{preempted:.0f} preempted"
     )
+
+
+def test_constrained_streams_and_penalties_on_the_gpu(llama: Path) -> None:
+    """Issue 20: grammar masks, penalties and logit_bias on CUDA logits (the masks are built on the host and
+    added on the device): every sample of a schema validates, a +100 bias forces its token, and greedy with
+    repetition_penalty equals transformers' generate with the same penalty."""
+    import json
+    import re
+
+    from wire.constraint import Constraint
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["n"], "additionalProperties": False}  # fmt: skip
+    server = start_server("--device", "cuda", "--dtype", "float32", "--hf-models", f"llama={llama}")
+    prompt = [5, 9, 12, 5, 9]
+    try:
+        with SluiceClient(server.target) as client:
+
+            def text(prompt: object, **kw: object) -> str:
+                return "".join(c.text for c in client.generate("llama", prompt, **kw))  # type: ignore[arg-type]
+
+            def tokens(prompt: object, **kw: object) -> list[int]:
+                return [t for c in client.generate("llama", prompt, **kw) for t in c.token_ids]  # type: ignore[arg-type]
+
+            shaped = Constraint.json_schema(json.dumps(schema))
+            texts = [text("x", constraint=shaped, seed=seed, max_tokens=40) for seed in range(20)]
+            regex = text("x", constraint=Constraint.regex("[a-f]{5}"), seed=1, max_tokens=10)
+            forced = tokens("x", temperature=0, max_tokens=3, logit_bias={66: 100})
+            penalised = tokens(prompt, temperature=0, max_tokens=12, ignore_eos=True, repetition_penalty=1.8)
+    finally:
+        assert server.terminate() == 0
+    assert all(0 <= json.loads(t)["n"] <= 99 for t in texts) and re.fullmatch("[a-f]{5}", regex)
+    assert forced == [66, 66, 66]
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(llama).eval()
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=12, do_sample=False, repetition_penalty=1.8,
+            eos_token_id=None, pad_token_id=0,
+        )  # fmt: skip
+    assert penalised == out[0, len(prompt) :].tolist()
+    print("\nCUDA constraints: 20 schema samples valid, regex, logit_bias and repetition_penalty as generate")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import openai
 import pytest
-import torch
 
 from clients import ChatMessage, SluiceClient
+from tests.support.hf_models import save_with_tokenizer
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 transformers = pytest.importorskip("transformers")
@@ -26,27 +26,7 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 @pytest.fixture(scope="module")
 def templated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A seeded tiny Llama with a byte-level BPE tokenizer trained here, and a chat template of its own."""
-    path = tmp_path_factory.mktemp("templated-llama")
-    bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
-    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["</s>"],
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
-    )
-    bpe.train_from_iterator(["hello there, you are terse", "[system] [user] [assistant]"] * 20, trainer)
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>")
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-        eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
-    return path
+    return save_with_tokenizer(tmp_path_factory.mktemp("templated-llama"), template=TEMPLATE)
 
 
 @pytest.fixture(scope="module")

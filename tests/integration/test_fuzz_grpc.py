@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
@@ -93,7 +93,61 @@ def generate_requests(draw: st.DrawFn) -> pb.GenerateRequest:
         request.text = draw(st.one_of(st.text(max_size=60), st.text(min_size=1100, max_size=1200)))
     elif draw(st.booleans()):
         request.token_ids.ids.extend(draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=12)))
+    elif draw(st.booleans()):
+        request.chat.messages.add(role=draw(texts), content=draw(texts), tool_call_id=draw(texts))
+    if draw(st.booleans()):
+        _logits_settings(draw, sampling)
+    if draw(st.booleans()):
+        request.constraint.CopyFrom(draw(constraints()))
+    if draw(st.booleans()):
+        request.tools.add(name=draw(texts), parameters_json=draw(st.one_of(texts, json_texts)))
+        request.tool_choice.mode = draw(st.integers(-1, 5))
+        if draw(st.booleans()):
+            request.tool_choice.function = draw(texts)
     return request
+
+
+# JSON-ish text: schemas that are valid, malformed, huge, deeply nested or pathological.
+json_texts = st.one_of(
+    st.sampled_from([
+        "{}", '{"type": "object"}', '{"type": "string", "pattern": "(a+)+$"}', "[" * 5000, "{" * 20000,
+        '{"$ref": "#"}', '{"type": "integer", "minimum": 5, "maximum": 1}', "null", "not json",
+    ]),
+    st.recursive(st.just("{}"), lambda inner: inner.map(lambda x: f'{{"anyOf": [{x}, {x}]}}'), max_leaves=64),
+    st.text(max_size=200),
+)  # fmt: skip
+
+
+@st.composite
+def constraints(draw: st.DrawFn) -> pb.Constraint:
+    kind = draw(st.sampled_from(["json_schema", "json_object", "regex", "choice", "grammar", "none"]))
+    message = pb.Constraint()
+    if kind == "json_schema":
+        message.json_schema = draw(json_texts)
+    elif kind == "json_object":
+        message.json_object.SetInParent()
+    elif kind == "regex":
+        message.regex = draw(
+            st.one_of(texts, st.sampled_from(["(a+)+b", "a{1000000}", "[", "(?=x)", "\\p{L}+"]))
+        )
+    elif kind == "choice":
+        message.choice.options.extend(draw(st.lists(texts, max_size=5)))
+    elif kind == "grammar":
+        grammar = st.sampled_from(
+            ['start: "a" start', "start: start", "root ::= [a-", "start: /(a|aa)*/", ""]
+        )
+        message.grammar.text = draw(st.one_of(texts, grammar))
+        message.grammar.syntax = draw(st.integers(-1, 4))
+    return message
+
+
+def _logits_settings(draw: st.DrawFn, sampling: pb.SamplingParams) -> None:
+    sampling.presence_penalty = draw(floats)
+    sampling.frequency_penalty = draw(floats)
+    sampling.repetition_penalty = draw(floats)
+    for token in draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=4)):
+        sampling.logit_bias[token] = draw(floats)
+    sampling.stop_token_ids.extend(draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=4)))
 
 
 @st.composite
@@ -184,6 +238,21 @@ def call(channel: grpc.Channel, method: str, raw: bytes) -> grpc.StatusCode:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(case=calls)
+# Kinds of answer the run must reach whatever the draws: a model served by the other RPC, and a
+# constrained stream that runs.
+@example(case=("Generate", pb.GenerateRequest(model="mlp", text="x").SerializeToString()))
+@example(case=("Infer", pb.InferRequest(model="byte-lm").SerializeToString()))
+@example(
+    case=(
+        "Generate",
+        pb.GenerateRequest(
+            model="byte-lm",
+            text="x",
+            constraint=pb.Constraint(regex="[ab]{3}"),
+            sampling=pb.SamplingParams(seed=1),
+        ).SerializeToString(),
+    )
+)
 def test_fuzzed_grpc_calls_never_end_internal_or_unknown(
     fuzz_channel: grpc.Channel, case: tuple[str, bytes]
 ) -> None:

@@ -4,6 +4,7 @@ streams Generate."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -92,3 +93,36 @@ def test_health_check_is_serving(server: ServerProcess, service: str) -> None:
     out = grpcurl(server, "grpc.health.v1.Health/Check", data=json.dumps({"service": service}))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["status"] == "SERVING"
+
+
+def _messages(stdout: str) -> list[dict[str, object]]:
+    decoder, text, messages, pos = json.JSONDecoder(), stdout.strip(), [], 0
+    while pos < len(text):
+        message, pos = decoder.raw_decode(text, pos)
+        messages.append(message)
+        pos = len(text) - len(text[pos:].lstrip())
+    return messages
+
+
+def test_constrained_generate_and_a_tool_call_by_hand(server: ServerProcess) -> None:
+    """Issue 20: a constraint and a named tool call typed as grpcurl JSON, every sample valid."""
+    method = "sluice.inference.v1.InferenceService/Generate"
+    for seed in range(5):
+        body = {"model": "byte-lm", "text": "x", "sampling": {"seed": str(seed)},
+                "constraint": {"regex": "[0-9]{3}-[a-z]{2}"}}  # fmt: skip
+        out = grpcurl(server, method, data=json.dumps(body))
+        assert out.returncode == 0, out.stderr
+        messages = _messages(out.stdout)
+        assert re.fullmatch("[0-9]{3}-[a-z]{2}", "".join(str(m.get("text", "")) for m in messages))
+    schema = {"type": "object", "properties": {"q": {"enum": ["a", "b"]}}, "required": ["q"]}
+    tool = {"name": "lookup", "parametersJson": json.dumps(schema)}
+    body = {
+        "model": "byte-lm", "chat": {"messages": [{"role": "user", "content": "find"}]}, "tools": [tool],
+        "toolChoice": {"function": "lookup"}, "sampling": {"seed": "1", "maxTokens": 120},
+    }  # fmt: skip
+    out = grpcurl(server, method, data=json.dumps(body))
+    assert out.returncode == 0, out.stderr
+    last = _messages(out.stdout)[-1]
+    assert last["finish_reason"] == "FINISH_REASON_TOOL_CALLS"
+    (call,) = last["tool_calls"]  # type: ignore[misc]
+    assert call["name"] == "lookup" and json.loads(call["arguments"])["q"] in ("a", "b")

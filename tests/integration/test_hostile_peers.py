@@ -89,6 +89,8 @@ def test_a_peer_granting_no_window_loses_its_slots_while_it_holds_the_socket(
             assert stream.trailers is not None, stream
             assert stream.trailers["grpc-status"] == str(grpc.StatusCode.CANCELLED.value[0]), stream.trailers
             assert reason_of(stream.trailers) == "STALLED_CONSUMER"
+        # The calls ended after their slots were given back: nothing is given back twice.
+        assert server.metric("sluice_requests_in_flight", method="Generate") == 0
     finally:
         peer.close()
     assert server.proc.poll() is None

@@ -118,10 +118,11 @@ def test_models_are_listed_and_unknown_ones_are_not_found(shim: ShimProcess) -> 
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"frequency_penalty": 0.5}, "frequency_penalty"),
-        ({"logit_bias": {"1": 2.0}}, "logit_bias"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"logit_bias": {"1": 200.0}}, "logit_bias.1"),
         ({"max_tokens": 10**6}, "max_tokens"),
         ({"top_logprobs": 9, "logprobs": True}, "top_logprobs"),
     ],

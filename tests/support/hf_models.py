@@ -64,3 +64,32 @@ def greedy_reference(directory: Path, prompt: list[int], tokens: int) -> list[in
     with torch.inference_mode():
         out = model.generate(ids, max_new_tokens=tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
     return [int(t) for t in out[0, ids.shape[1] :]]
+
+
+def save_with_tokenizer(directory: Path, *, template: str | None = None, **config: Any) -> Path:
+    """A seeded tiny Llama with a byte-level BPE tokenizer trained here (its EOS `</s>`), and a chat
+    template where one is given: the Hugging Face tokenizer path, unlike the byte vocabularies above."""
+    import tokenizers
+    import transformers
+
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["</s>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(["hello there, you are terse", "[system] [user] [assistant]"] * 20, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>")
+    if template is not None:
+        tokenizer.chat_template = template
+    tokenizer.save_pretrained(directory)
+    torch.manual_seed(0)
+    settings: dict[str, Any] = {
+        "vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 128,
+        "eos_token_id": tokenizer.eos_token_id, **config,
+    }  # fmt: skip
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings)).save_pretrained(directory)
+    return directory

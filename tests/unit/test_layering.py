@@ -32,6 +32,9 @@ SERVER_FORBIDDEN = {
     "codec": {"admission", "batching", "runtimes", "servicer", "app", "placement", "frontends"},
     "memory": {"admission", "batching", "servicer", "codec", "app", "placement", "frontends"},
     "admission": {"batching", "runtimes", "servicer", "app", "placement"},
+    # Logits processing and tool calls serve the scheduler and the runtimes' chat templates: below both.
+    "logits": {"admission", "batching", "servicer", "codec", "app", "placement", "frontends"},
+    "tools": {"admission", "batching", "runtimes", "servicer", "codec", "app", "placement", "logits"},
 }
 
 

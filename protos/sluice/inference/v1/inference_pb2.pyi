@@ -92,6 +92,58 @@ PRIORITY_HIGH: Priority.ValueType  # 3
 """Served before normal and low priority requests that have waited as long."""
 Global___Priority: _TypeAlias = Priority  # noqa: Y015
 
+class _GrammarSyntax:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GrammarSyntaxEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GrammarSyntax.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GRAMMAR_SYNTAX_UNSPECIFIED: _GrammarSyntax.ValueType  # 0
+    """Lark's EBNF, as llguidance reads it."""
+    GRAMMAR_SYNTAX_LARK: _GrammarSyntax.ValueType  # 1
+    """Lark's EBNF (the same as unspecified, stated)."""
+    GRAMMAR_SYNTAX_GBNF: _GrammarSyntax.ValueType  # 2
+    """llama.cpp's GBNF."""
+
+class GrammarSyntax(_GrammarSyntax, metaclass=_GrammarSyntaxEnumTypeWrapper):
+    """GrammarSyntax names the notation of a Grammar's text."""
+
+GRAMMAR_SYNTAX_UNSPECIFIED: GrammarSyntax.ValueType  # 0
+"""Lark's EBNF, as llguidance reads it."""
+GRAMMAR_SYNTAX_LARK: GrammarSyntax.ValueType  # 1
+"""Lark's EBNF (the same as unspecified, stated)."""
+GRAMMAR_SYNTAX_GBNF: GrammarSyntax.ValueType  # 2
+"""llama.cpp's GBNF."""
+Global___GrammarSyntax: _TypeAlias = GrammarSyntax  # noqa: Y015
+
+class _ToolChoiceMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ToolChoiceModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolChoiceMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOOL_CHOICE_MODE_UNSPECIFIED: _ToolChoiceMode.ValueType  # 0
+    """AUTO where tools are given, NONE otherwise."""
+    TOOL_CHOICE_MODE_NONE: _ToolChoiceMode.ValueType  # 1
+    """The model writes text; the tools are still shown to it."""
+    TOOL_CHOICE_MODE_AUTO: _ToolChoiceMode.ValueType  # 2
+    """The model writes text or calls tools; what it wrote is parsed for calls."""
+    TOOL_CHOICE_MODE_REQUIRED: _ToolChoiceMode.ValueType  # 3
+    """The model calls at least one tool; enforced by a grammar over the call format."""
+
+class ToolChoiceMode(_ToolChoiceMode, metaclass=_ToolChoiceModeEnumTypeWrapper):
+    """ToolChoiceMode says whether the model may, must or must not call a tool."""
+
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.ValueType  # 0
+"""AUTO where tools are given, NONE otherwise."""
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode.ValueType  # 1
+"""The model writes text; the tools are still shown to it."""
+TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.ValueType  # 2
+"""The model writes text or calls tools; what it wrote is parsed for calls."""
+TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.ValueType  # 3
+"""The model calls at least one tool; enforced by a grammar over the call format."""
+Global___ToolChoiceMode: _TypeAlias = ToolChoiceMode  # noqa: Y015
+
 class _FinishReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -108,6 +160,8 @@ class _FinishReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinishRe
     """The request was cancelled by the server, for example a stalled consumer or a drain."""
     FINISH_REASON_ERROR: _FinishReason.ValueType  # 4
     """The generation failed; the error field says why."""
+    FINISH_REASON_TOOL_CALLS: _FinishReason.ValueType  # 5
+    """The model called tools; the last message's tool_calls holds them."""
 
 class FinishReason(_FinishReason, metaclass=_FinishReasonEnumTypeWrapper):
     """FinishReason says why a generation ended."""
@@ -122,6 +176,8 @@ FINISH_REASON_CANCELLED: FinishReason.ValueType  # 3
 """The request was cancelled by the server, for example a stalled consumer or a drain."""
 FINISH_REASON_ERROR: FinishReason.ValueType  # 4
 """The generation failed; the error field says why."""
+FINISH_REASON_TOOL_CALLS: FinishReason.ValueType  # 5
+"""The model called tools; the last message's tool_calls holds them."""
 Global___FinishReason: _TypeAlias = FinishReason  # noqa: Y015
 
 class _ModelKind:
@@ -453,6 +509,26 @@ class SamplingParams(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LogitBiasEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     MAX_TOKENS_FIELD_NUMBER: _builtins.int
     TEMPERATURE_FIELD_NUMBER: _builtins.int
     TOP_P_FIELD_NUMBER: _builtins.int
@@ -462,6 +538,11 @@ class SamplingParams(_message.Message):
     MIN_TOKENS_FIELD_NUMBER: _builtins.int
     IGNORE_EOS_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
+    PRESENCE_PENALTY_FIELD_NUMBER: _builtins.int
+    FREQUENCY_PENALTY_FIELD_NUMBER: _builtins.int
+    REPETITION_PENALTY_FIELD_NUMBER: _builtins.int
+    LOGIT_BIAS_FIELD_NUMBER: _builtins.int
+    STOP_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     max_tokens: _builtins.int
     """The most tokens to generate; unset means the model's default, and it must not exceed the model's limit."""
     temperature: _builtins.float
@@ -478,9 +559,25 @@ class SamplingParams(_message.Message):
     """Generation goes on past the end-of-sequence token, to max_tokens: streams of a fixed length for load tests."""
     logprobs: _builtins.int
     """When set, every token comes with its log-probability and this many most likely alternatives (0 to 5)."""
+    presence_penalty: _builtins.float
+    """OpenAI's presence_penalty in [-2, 2]: subtracted once from the logit of every token already generated."""
+    frequency_penalty: _builtins.float
+    """OpenAI's frequency_penalty in [-2, 2]: subtracted from a token's logit once per time it was generated."""
+    repetition_penalty: _builtins.float
+    """The CTRL/Hugging Face repetition penalty (> 0, 1 means none): logits of tokens in the prompt or the
+    output are divided by it where positive and multiplied where negative.
+    """
     @_builtins.property
     def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Generation stops before any of these strings; they never appear in the output."""
+
+    @_builtins.property
+    def logit_bias(self) -> _containers.ScalarMap[_builtins.int, _builtins.float]:
+        """Added to the logits of these token ids, each in [-100, 100] (OpenAI's logit_bias)."""
+
+    @_builtins.property
+    def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Token ids that end generation as the end-of-sequence token does; they never appear in the output."""
 
     def __init__(
         self,
@@ -494,11 +591,18 @@ class SamplingParams(_message.Message):
         min_tokens: _builtins.int | None = ...,
         ignore_eos: _builtins.bool | None = ...,
         logprobs: _builtins.int | None = ...,
+        presence_penalty: _builtins.float | None = ...,
+        frequency_penalty: _builtins.float | None = ...,
+        repetition_penalty: _builtins.float | None = ...,
+        logit_bias: _abc.Mapping[_builtins.int, _builtins.float] | None = ...,
+        stop_token_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_logprobs", b"_logprobs", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "ignore_eos", b"ignore_eos", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "seed", b"seed", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty", "_ignore_eos", b"_ignore_eos", "_logprobs", b"_logprobs", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_presence_penalty", b"_presence_penalty", "_repetition_penalty", b"_repetition_penalty", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "frequency_penalty", b"frequency_penalty", "ignore_eos", b"ignore_eos", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "presence_penalty", b"presence_penalty", "repetition_penalty", b"repetition_penalty", "seed", b"seed", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos", "_logprobs", b"_logprobs", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "ignore_eos", b"ignore_eos", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "seed", b"seed", "stop", b"stop", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty", "_ignore_eos", b"_ignore_eos", "_logprobs", b"_logprobs", "_max_tokens", b"_max_tokens", "_min_tokens", b"_min_tokens", "_presence_penalty", b"_presence_penalty", "_repetition_penalty", b"_repetition_penalty", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "frequency_penalty", b"frequency_penalty", "ignore_eos", b"ignore_eos", "logit_bias", b"logit_bias", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "min_tokens", b"min_tokens", "presence_penalty", b"presence_penalty", "repetition_penalty", b"repetition_penalty", "seed", b"seed", "stop", b"stop", "stop_token_ids", b"stop_token_ids", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__frequency_penalty: _TypeAlias = _typing.Literal["frequency_penalty"]  # noqa: Y015
+    _WhichOneofArgType__frequency_penalty: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty"]  # noqa: Y015
     _WhichOneofReturnType__ignore_eos: _TypeAlias = _typing.Literal["ignore_eos"]  # noqa: Y015
     _WhichOneofArgType__ignore_eos: _TypeAlias = _typing.Literal["_ignore_eos", b"_ignore_eos"]  # noqa: Y015
     _WhichOneofReturnType__logprobs: _TypeAlias = _typing.Literal["logprobs"]  # noqa: Y015
@@ -507,6 +611,10 @@ class SamplingParams(_message.Message):
     _WhichOneofArgType__max_tokens: _TypeAlias = _typing.Literal["_max_tokens", b"_max_tokens"]  # noqa: Y015
     _WhichOneofReturnType__min_tokens: _TypeAlias = _typing.Literal["min_tokens"]  # noqa: Y015
     _WhichOneofArgType__min_tokens: _TypeAlias = _typing.Literal["_min_tokens", b"_min_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__presence_penalty: _TypeAlias = _typing.Literal["presence_penalty"]  # noqa: Y015
+    _WhichOneofArgType__presence_penalty: _TypeAlias = _typing.Literal["_presence_penalty", b"_presence_penalty"]  # noqa: Y015
+    _WhichOneofReturnType__repetition_penalty: _TypeAlias = _typing.Literal["repetition_penalty"]  # noqa: Y015
+    _WhichOneofArgType__repetition_penalty: _TypeAlias = _typing.Literal["_repetition_penalty", b"_repetition_penalty"]  # noqa: Y015
     _WhichOneofReturnType__seed: _TypeAlias = _typing.Literal["seed"]  # noqa: Y015
     _WhichOneofArgType__seed: _TypeAlias = _typing.Literal["_seed", b"_seed"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
@@ -516,6 +624,8 @@ class SamplingParams(_message.Message):
     _WhichOneofReturnType__top_p: _TypeAlias = _typing.Literal["top_p"]  # noqa: Y015
     _WhichOneofArgType__top_p: _TypeAlias = _typing.Literal["_top_p", b"_top_p"]  # noqa: Y015
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__frequency_penalty) -> _WhichOneofReturnType__frequency_penalty | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ignore_eos) -> _WhichOneofReturnType__ignore_eos | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__logprobs) -> _WhichOneofReturnType__logprobs | None: ...
@@ -523,6 +633,10 @@ class SamplingParams(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tokens) -> _WhichOneofReturnType__max_tokens | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__min_tokens) -> _WhichOneofReturnType__min_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__presence_penalty) -> _WhichOneofReturnType__presence_penalty | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__repetition_penalty) -> _WhichOneofReturnType__repetition_penalty | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__seed) -> _WhichOneofReturnType__seed | None: ...
     @_typing.overload
@@ -535,6 +649,209 @@ class SamplingParams(_message.Message):
 Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015
 
 @_typing.final
+class JsonObject(_message.Message):
+    """JsonObject constrains the output to any JSON object."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JsonObject: _TypeAlias = JsonObject  # noqa: Y015
+
+@_typing.final
+class Choice(_message.Message):
+    """Choice constrains the output to exactly one of its options."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def options(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The strings the output may be; at least one."""
+
+    def __init__(
+        self,
+        *,
+        options: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["options", b"options"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Choice: _TypeAlias = Choice  # noqa: Y015
+
+@_typing.final
+class Grammar(_message.Message):
+    """Grammar constrains the output to a context-free language."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SYNTAX_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    syntax: Global___GrammarSyntax.ValueType
+    """The notation of text."""
+    text: _builtins.str
+    """The grammar; its start rule is `start` (Lark) or `root` (GBNF)."""
+    def __init__(
+        self,
+        *,
+        syntax: Global___GrammarSyntax.ValueType = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["syntax", b"syntax", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Grammar: _TypeAlias = Grammar  # noqa: Y015
+
+@_typing.final
+class Constraint(_message.Message):
+    """Constraint says what the generated text must be; decoding masks every token that could not lead there,
+    and the end-of-sequence token is allowed exactly where the text may end.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JSON_SCHEMA_FIELD_NUMBER: _builtins.int
+    JSON_OBJECT_FIELD_NUMBER: _builtins.int
+    REGEX_FIELD_NUMBER: _builtins.int
+    CHOICE_FIELD_NUMBER: _builtins.int
+    GRAMMAR_FIELD_NUMBER: _builtins.int
+    json_schema: _builtins.str
+    """A JSON Schema document, as JSON text; the output is a JSON value valid against it."""
+    regex: _builtins.str
+    """A regular expression the whole output matches (Rust regex syntax, no lookaround or backreferences)."""
+    @_builtins.property
+    def json_object(self) -> Global___JsonObject:
+        """Any JSON object."""
+
+    @_builtins.property
+    def choice(self) -> Global___Choice:
+        """One of a list of strings."""
+
+    @_builtins.property
+    def grammar(self) -> Global___Grammar:
+        """A grammar."""
+
+    def __init__(
+        self,
+        *,
+        json_schema: _builtins.str = ...,
+        json_object: Global___JsonObject | None = ...,
+        regex: _builtins.str = ...,
+        choice: Global___Choice | None = ...,
+        grammar: Global___Grammar | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["json_schema", "json_object", "regex", "choice", "grammar"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___Constraint: _TypeAlias = Constraint  # noqa: Y015
+
+@_typing.final
+class Tool(_message.Message):
+    """Tool is a function the model may call; the chat template shows it to the model."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PARAMETERS_JSON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The function's name: letters, digits, underscores and dashes, at most 64."""
+    description: _builtins.str
+    """What the function does, for the model."""
+    parameters_json: _builtins.str
+    """The JSON Schema of the function's arguments object, as JSON text; empty means any object."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        parameters_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "parameters_json", b"parameters_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Tool: _TypeAlias = Tool  # noqa: Y015
+
+@_typing.final
+class ToolChoice(_message.Message):
+    """ToolChoice is a mode or one named function the model must call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    FUNCTION_FIELD_NUMBER: _builtins.int
+    mode: Global___ToolChoiceMode.ValueType
+    """Whether tools may, must or must not be called."""
+    function: _builtins.str
+    """The name of the one function to call (enforced by a grammar)."""
+    def __init__(
+        self,
+        *,
+        mode: Global___ToolChoiceMode.ValueType = ...,
+        function: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "function", b"function", "mode", b"mode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "function", b"function", "mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_choice: _TypeAlias = _typing.Literal["mode", "function"]  # noqa: Y015
+    _WhichOneofArgType_choice: _TypeAlias = _typing.Literal["choice", b"choice"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_choice) -> _WhichOneofReturnType_choice | None: ...
+
+Global___ToolChoice: _TypeAlias = ToolChoice  # noqa: Y015
+
+@_typing.final
+class ToolCall(_message.Message):
+    """ToolCall is one call of a tool that the model made."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The call's identifier, unique in the response; a later `tool` message answers it by this id."""
+    name: _builtins.str
+    """The function's name, one of the request's tools."""
+    arguments: _builtins.str
+    """The arguments, a JSON object as text."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        arguments: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "id", b"id", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolCall: _TypeAlias = ToolCall  # noqa: Y015
+
+@_typing.final
 class ChatMessage(_message.Message):
     """ChatMessage is one turn of a conversation."""
 
@@ -542,19 +859,33 @@ class ChatMessage(_message.Message):
 
     ROLE_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """Who speaks: system, user or assistant."""
     content: _builtins.str
     """What was said, as UTF-8 text."""
+    tool_call_id: _builtins.str
+    """The id of the call a `tool` turn answers."""
+    name: _builtins.str
+    """The name of the function a `tool` turn answers, where the template wants it."""
+    @_builtins.property
+    def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
+        """The calls an assistant turn made (then content may be empty)."""
+
     def __init__(
         self,
         *,
         role: _builtins.str = ...,
         content: _builtins.str = ...,
+        tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
+        tool_call_id: _builtins.str = ...,
+        name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "name", b"name", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -597,6 +928,10 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    CONSTRAINT_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    TOOL_CHOICE_FIELD_NUMBER: _builtins.int
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model name, as returned by ListModels."""
     text: _builtins.str
@@ -605,6 +940,8 @@ class GenerateRequest(_message.Message):
     """The priority of this request among waiting requests."""
     request_id: _builtins.str
     """An optional caller-chosen identifier, echoed in logs."""
+    parallel_tool_calls: _builtins.bool
+    """Whether more than one call may be made in one response; unset means true."""
     @_builtins.property
     def token_ids(self) -> Global___TokenIds:
         """The prompt as token ids."""
@@ -617,6 +954,18 @@ class GenerateRequest(_message.Message):
     def sampling(self) -> Global___SamplingParams:
         """How tokens are chosen."""
 
+    @_builtins.property
+    def constraint(self) -> Global___Constraint:
+        """What the output must be; unset means free text. Not together with tools that are required or named."""
+
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]:
+        """Functions the model may call (chat prompts only)."""
+
+    @_builtins.property
+    def tool_choice(self) -> Global___ToolChoice:
+        """Whether and which tools must be called; unset means AUTO where tools are given."""
+
     def __init__(
         self,
         *,
@@ -627,13 +976,22 @@ class GenerateRequest(_message.Message):
         sampling: Global___SamplingParams | None = ...,
         priority: Global___Priority.ValueType = ...,
         request_id: _builtins.str = ...,
+        constraint: Global___Constraint | None = ...,
+        tools: _abc.Iterable[Global___Tool] | None = ...,
+        tool_choice: Global___ToolChoice | None = ...,
+        parallel_tool_calls: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "prompt", b"prompt", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls", "chat", b"chat", "constraint", b"constraint", "parallel_tool_calls", b"parallel_tool_calls", "prompt", b"prompt", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids", "tool_choice", b"tool_choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "model", b"model", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls", "chat", b"chat", "constraint", b"constraint", "model", b"model", "parallel_tool_calls", b"parallel_tool_calls", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "sampling", b"sampling", "text", b"text", "token_ids", b"token_ids", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__parallel_tool_calls: _TypeAlias = _typing.Literal["parallel_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__parallel_tool_calls: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls"]  # noqa: Y015
     _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["text", "token_ids", "chat"]  # noqa: Y015
     _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parallel_tool_calls) -> _WhichOneofReturnType__parallel_tool_calls | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_prompt) -> _WhichOneofReturnType_prompt | None: ...
 
 Global___GenerateRequest: _TypeAlias = GenerateRequest  # noqa: Y015
@@ -716,6 +1074,8 @@ class GenerateResponse(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
+    TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    TIMINGS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """New text since the previous message; never splits a UTF-8 character."""
     finish_reason: Global___FinishReason.ValueType
@@ -736,6 +1096,14 @@ class GenerateResponse(_message.Message):
     def logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenLogprob]:
         """One entry per token in token_ids, when the request asked for log-probabilities."""
 
+    @_builtins.property
+    def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
+        """The tool calls parsed from the output, on the last message, when finish_reason is TOOL_CALLS."""
+
+    @_builtins.property
+    def timings(self) -> Global___GenerateTimings:
+        """Where the generation spent its time on the server; set on the last message only."""
+
     def __init__(
         self,
         *,
@@ -745,14 +1113,64 @@ class GenerateResponse(_message.Message):
         usage: Global___Usage | None = ...,
         error: Global___ErrorStatus | None = ...,
         logprobs: _abc.Iterable[Global___TokenLogprob] | None = ...,
+        tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
+        timings: Global___GenerateTimings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "token_ids", b"token_ids", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "timings", b"timings", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GenerateResponse: _TypeAlias = GenerateResponse  # noqa: Y015
+
+@_typing.final
+class GenerateTimings(_message.Message):
+    """GenerateTimings reports where one generation spent its time on the server (vLLM's per-request metrics)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_WAIT_FIELD_NUMBER: _builtins.int
+    TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _builtins.int
+    DECODE_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    FIRST_STEP_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    tokens: _builtins.int
+    """Tokens generated, as usage.completion_tokens."""
+    first_step: _builtins.int
+    """The scheduler's step number that began the prefill: the batch the generation joined."""
+    batch_size: _builtins.int
+    """Sequences in that step, prefilling or decoding."""
+    @_builtins.property
+    def queue_wait(self) -> _duration_pb2.Duration:
+        """From the call's arrival to its first scheduled step: the wait for an admission slot and to join the batch."""
+
+    @_builtins.property
+    def time_to_first_token(self) -> _duration_pb2.Duration:
+        """From the call's arrival to its first generated token: queue_wait, then the prefill."""
+
+    @_builtins.property
+    def decode(self) -> _duration_pb2.Duration:
+        """From the first generated token to the last; with tokens, the decode rate."""
+
+    def __init__(
+        self,
+        *,
+        queue_wait: _duration_pb2.Duration | None = ...,
+        time_to_first_token: _duration_pb2.Duration | None = ...,
+        decode: _duration_pb2.Duration | None = ...,
+        tokens: _builtins.int = ...,
+        first_step: _builtins.int = ...,
+        batch_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decode", b"decode", "queue_wait", b"queue_wait", "time_to_first_token", b"time_to_first_token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "decode", b"decode", "first_step", b"first_step", "queue_wait", b"queue_wait", "time_to_first_token", b"time_to_first_token", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateTimings: _TypeAlias = GenerateTimings  # noqa: Y015
 
 @_typing.final
 class TokenLogprob(_message.Message):

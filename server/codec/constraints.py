@@ -1,0 +1,112 @@
+"""Decoding of a Generate request's constraint, tools and logits settings (penalties, logit_bias,
+stop_token_ids): shape checks that need no model, each naming its field. Compiling a constraint against
+the model's vocabulary (and its size limits) is the scheduler's (server/constraints/)."""
+
+from __future__ import annotations
+
+import math
+
+from sluice.inference.v1 import inference_pb2 as pb
+
+from server.errors import InvalidArgument, LimitExceeded, clip
+from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
+
+MAX_TOOLS = 128  # OpenAI's limit on tools per request
+MAX_TOOL_NAME = 64
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+MAX_STOP_TOKEN_IDS = 64
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def decode_constraint(request: pb.GenerateRequest) -> Constraint | None:
+    if not request.HasField("constraint"):
+        return None
+    constraint = Constraint.from_proto(request.constraint)
+    if constraint is None:
+        raise InvalidArgument("constraint is set but holds no kind", field="constraint")
+    if constraint.kind == "choice":
+        if not constraint.options:
+            raise InvalidArgument("a choice needs at least one option", field="constraint.choice.options")
+        for index, option in enumerate(constraint.options):
+            if not option:
+                raise InvalidArgument(
+                    "choice options must not be empty", field=f"constraint.choice.options[{index}]"
+                )
+    elif constraint.kind != "json_object" and not constraint.text:
+        field = {"grammar": "constraint.grammar.text"}.get(constraint.kind, f"constraint.{constraint.kind}")
+        raise InvalidArgument(f"the {constraint.kind} constraint is empty", field=field)
+    return constraint
+
+
+def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolChoice]:
+    if len(request.tools) > MAX_TOOLS:
+        raise LimitExceeded(
+            f"{len(request.tools)} tools; at most {MAX_TOOLS} are allowed",
+            field="tools",
+            metadata={"max_tools": MAX_TOOLS},
+        )
+    tools = []
+    for index, message in enumerate(request.tools):
+        tool = Tool.from_proto(message)
+        if not tool.name or len(tool.name) > MAX_TOOL_NAME or not set(tool.name) <= _NAME_CHARS:
+            raise InvalidArgument(
+                f"a tool's name is 1-{MAX_TOOL_NAME} letters, digits, '_' or '-', got {clip(tool.name)!r}",
+                field=f"tools[{index}].name",
+            )
+        tools.append(tool)
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise InvalidArgument("tool names must be unique", field="tools")
+    choice = ToolChoice.from_proto(request.tool_choice, has_tools=bool(tools))
+    if choice.mode != "none" and not tools and request.HasField("tool_choice"):
+        raise InvalidArgument("tool_choice asks for a tool call but no tools are given", field="tool_choice")
+    if choice.function is not None and choice.function not in names:
+        raise InvalidArgument(
+            f"tool_choice names {clip(choice.function)!r}, which is not among the tools",
+            field="tool_choice.function",
+        )
+    if tools and request.WhichOneof("prompt") != "chat":
+        raise InvalidArgument("tools need a chat prompt", field="tools")
+    if choice.mode == "required" and request.HasField("constraint"):
+        raise InvalidArgument("a constraint cannot be combined with a required tool call", field="constraint")
+    return tuple(tools), choice
+
+
+def decode_tool_calls(calls: list[pb.ToolCall], field: str) -> tuple[ToolCall, ...]:
+    out = []
+    for index, call in enumerate(calls):
+        if not call.name:
+            raise InvalidArgument("a tool call needs the function's name", field=f"{field}[{index}].name")
+        out.append(ToolCall.from_proto(call))
+    return tuple(out)
+
+
+def check_logits_settings(s: pb.SamplingParams) -> None:
+    for name in ("presence_penalty", "frequency_penalty"):
+        if s.HasField(name) and not -2 <= getattr(s, name) <= 2:
+            raise InvalidArgument(
+                f"{name} must be in [-2, 2], got {getattr(s, name)}", field=f"sampling.{name}"
+            )
+    if s.HasField("repetition_penalty") and not (
+        s.repetition_penalty > 0 and math.isfinite(s.repetition_penalty)
+    ):
+        raise InvalidArgument(
+            f"repetition_penalty must be > 0, got {s.repetition_penalty}", field="sampling.repetition_penalty"
+        )
+    if len(s.logit_bias) > MAX_LOGIT_BIAS:
+        raise LimitExceeded(
+            f"{len(s.logit_bias)} logit_bias entries; at most {MAX_LOGIT_BIAS}",
+            field="sampling.logit_bias",
+            metadata={"max_logit_bias": MAX_LOGIT_BIAS},
+        )
+    for token, bias in s.logit_bias.items():
+        if not -100 <= bias <= 100:
+            raise InvalidArgument(
+                f"logit_bias values must be in [-100, 100], got {bias}", field=f"sampling.logit_bias[{token}]"
+            )
+    if len(s.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        raise LimitExceeded(
+            f"{len(s.stop_token_ids)} stop_token_ids; at most {MAX_STOP_TOKEN_IDS}",
+            field="sampling.stop_token_ids",
+            metadata={"max_stop_token_ids": MAX_STOP_TOKEN_IDS},
+        )

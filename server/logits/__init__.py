@@ -1,0 +1,1 @@
+"""Logits processing on the model's thread: grammar masks for constrained outputs, penalties, logit_bias."""
