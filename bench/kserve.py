@@ -20,6 +20,7 @@ from typing import Any
 
 from sluice.kserve.v2 import grpc_service_pb2 as v2
 
+from bench import plot
 from bench.callers import FEATURES, input_vector
 from bench.h2load_point import h2load_path, measure_h2load_point
 from bench.points import Window
@@ -127,6 +128,22 @@ def report(results: dict[str, list[dict[str, Any]]], loads: list[str], concurren
                 Spread.of([p["p50_ms"] for p in theirs]).format(2),
             ]
             print(f"{load:7} {callers:7}  " + "  ".join(f"{c:18}" for c in cells))
+    panels = [
+        plot.Panel(
+            f"{load}: calls/s",
+            "calls/s",
+            {
+                f"Sluice's Infer{' (AsyncSluiceClient)' if load == 'client' else ''}": {
+                    c: [p["ok_per_s"] for p in results[f"{load} {c} own"]] for c in concurrency
+                },
+                f"v2 ModelInfer{' (tritonclient.grpc.aio)' if load == 'client' else ''}": {
+                    c: [p["ok_per_s"] for p in results[f"{load} {c} v2"]] for c in concurrency
+                },
+            },
+        )
+        for load in loads
+    ]
+    plot.draw("kserve", panels, x_label="callers", title="KServe v2 against Sluice's own API (MLP Infer)")
 
 
 if __name__ == "__main__":

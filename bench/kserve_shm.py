@@ -12,6 +12,7 @@ import argparse
 import json
 import subprocess
 
+from bench import plot
 from bench.processes import REPO_ROOT
 from bench.stack import SluiceServer
 from bench.stats import Spread, percentile
@@ -52,6 +53,11 @@ def main() -> None:
     ratios = [v / s for v, s in zip(value, shared, strict=True)]
     print(f"  p50 by value / by shared memory: {Spread.of(ratios).format(2)}")
     print(f"  same answer every call: {all(r['same_answer'] for r in runs)}")
+    series = {"by value": {args.mib: value}, "shared memory": {args.mib: shared}}
+    panel = plot.Panel(f"p50 of a {args.mib} MiB input", "ms", series, log_x=False)
+    plot.draw(
+        "kserve_shm", [panel], x_label="MiB", title="System shared memory against by value (tritonclient)"
+    )
 
 
 if __name__ == "__main__":
