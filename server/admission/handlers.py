@@ -221,12 +221,13 @@ class _CallLog:
             line["user"] = clip(self.user, USER_LOG_LIMIT)
         if (tenant := CALLER.get()) is not None:
             line["tenant"] = tenant.name
-        if answer is not None and "outputs" in answer.DESCRIPTOR.fields_by_name:  # an Infer answer
+        fields = answer.DESCRIPTOR.fields_by_name if answer is not None else {}
+        if "outputs" in fields and "timings" in fields:  # an Infer answer (a v2 answer has no timings)
             timings = answer.timings
             line["queue_ms"] = round(timings.queue_wait.ToNanoseconds() / 1e6, 3)
             line["compute_ms"] = round(timings.compute.ToNanoseconds() / 1e6, 3)
             line["batch_size"] = timings.batch_size
-        elif answer is not None and "usage" in answer.DESCRIPTOR.fields_by_name:  # a Generate stream's last
+        elif "usage" in fields:  # a Generate stream's last message
             if answer.HasField("error"):
                 line["status"], line["reason"] = (
                     _CODE_NAMES.get(answer.error.code, "UNKNOWN"),

@@ -5,6 +5,7 @@ with RetryInfo, deadlines, Triton's parameters.priority, cancellation; hostile i
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -66,7 +67,7 @@ def server() -> Iterator[ServerProcess]:
     process = start_server(
         "--plugins", "tests.support.faulty_models", "--models", "faulty",
         "--max-concurrency", "1", "--max-queue", "3", "--max-batch-size", "1",
-        "--model-options", "mlp.width=64",
+        "--model-options", "mlp.width=64", "--access-log", "1",
     )  # fmt: skip
     yield process
     assert process.terminate() == 0
@@ -193,3 +194,19 @@ def test_a_huge_model_name_and_input_name_are_clipped(stub: Any) -> None:
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelInfer(request, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and len(info.value.details()) < 1000
+
+
+def test_v2_calls_write_their_access_log_lines(server: ServerProcess, stub: Any) -> None:
+    request = infer_request("faulty", vector(5))
+    request.id = "logged-v2"
+    stub.ModelInfer(request, timeout=10)
+    assert server.stderr_path is not None
+    path = server.stderr_path
+
+    def logged() -> list[dict[str, Any]]:
+        found = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+        return [line for line in found if line.get("request_id") == "logged-v2"]
+
+    wait_until(lambda: len(logged()) == 1, what="the v2 call's access-log line")
+    (line,) = logged()
+    assert (line["method"], line["model"], line["status"]) == ("ModelInfer", "faulty", "OK")
