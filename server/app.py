@@ -53,8 +53,9 @@ HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 READINESS = READINESS_SERVICE  # SERVING while new work can be taken; liveness is "" and SERVICE
 _INFER = f"/{SERVICE}/Infer"
 _GENERATE = f"/{SERVICE}/Generate"
-# The end of the grace period kept for final messages to reach slow readers (at most half the period).
-_DRAIN_FLUSH_S = 3.0
+# The end of the grace period kept for final messages to reach slow readers (at most half the period):
+# 4 s carry a final message with its timings (~140 bytes) to a reader at 100 bytes/s through a front end.
+_DRAIN_FLUSH_S = 4.0
 _TRACE_FLUSH_S = 2.0  # the spans still queued get this long to reach the collector as the server stops
 
 

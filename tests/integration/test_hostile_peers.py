@@ -100,7 +100,7 @@ def test_a_drain_reaches_peers_that_read_slowly() -> None:
     """SIGTERM while six streams crawl through a 256-byte window at ~100 bytes/s each: every one still gets
     its final SHUTTING_DOWN message and an OK status before the server exits (with a final message sent
     half a second before the end of the grace period, about one stream in two was reset instead)."""
-    server = start_server("--models", "byte-lm", "--max-sequences", "8", "--grace-s", "6")
+    server = start_server("--models", "byte-lm", "--max-sequences", "8", "--grace-s", "8")
     peer = H2Peer(server.port, window=256)
     try:
         streams = [peer.generate(generate(900, i)) for i in range(6)]
