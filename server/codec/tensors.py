@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from sluice.inference.v1 import inference_pb2 as pb
@@ -34,12 +35,8 @@ MAX_DIMS = 32
 _NUMPY_TO_DTYPE = {d.numpy: d for d in DType if d is not DType.STRING}
 
 
-def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
-    """Decodes one request tensor; errors name the offending field, e.g. `inputs[0].shape`."""
-    dtype = _FROM_PB.get(tensor.dtype)
-    if dtype is None:
-        raise InvalidArgument(f"{path}.dtype must be set to a supported DataType", field=f"{path}.dtype")
-    shape = tuple(tensor.shape)
+def check_shape(shape: Sequence[int], path: str) -> tuple[int, ...]:
+    """An input's shape, refused naming `{path}.shape` when too deep, negative or empty (both protocols)."""
     if len(shape) > MAX_DIMS:
         raise InvalidArgument(
             f"{path}.shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported",
@@ -49,9 +46,18 @@ def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
         raise InvalidArgument(
             f"{path}.shape has a negative dimension: {clip(list(shape))}", field=f"{path}.shape"
         )
-    count = math.prod(shape)
-    if count == 0:
+    if math.prod(shape) == 0:
         raise InvalidArgument(f"{path} is empty (shape {clip(list(shape))})", field=f"{path}.shape")
+    return tuple(shape)
+
+
+def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
+    """Decodes one request tensor; errors name the offending field, e.g. `inputs[0].shape`."""
+    dtype = _FROM_PB.get(tensor.dtype)
+    if dtype is None:
+        raise InvalidArgument(f"{path}.dtype must be set to a supported DataType", field=f"{path}.dtype")
+    shape = check_shape(tensor.shape, path)
+    count = math.prod(shape)
     typed_name = _TYPED_FIELD[dtype]
     has_typed = tensor.HasField("contents")
     if tensor.raw_contents:

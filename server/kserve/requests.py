@@ -12,11 +12,12 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.kserve.v2 import grpc_service_pb2 as v2
 
 from server.codec.messages import decode_generate, decode_priority
+from server.codec.tensors import check_shape
 from server.domain import Array, GenerateSpec, InferItem, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
 from server.kserve.calls import V2Call, parameter
 from server.kserve.datatypes import TO_V2
-from server.kserve.tensors import Buffer, domain_dtype, from_contents, from_raw, input_dtype, input_shape
+from server.kserve.tensors import Buffer, domain_dtype, from_contents, from_raw, input_dtype
 from wire.sampling import FIELDS, Sampling
 
 # Reads `byte_size` bytes at `offset` of a registered region for the input at `path` (server/kserve/shm.py).
@@ -137,7 +138,7 @@ def decode_inputs(message: v2.ModelInferRequest, read_region: ReadRegion | None)
         dtype = input_dtype(tensor.datatype, path)
         region = parameter(tensor.parameters, SHM_REGION)
         if region is not None:
-            shape = input_shape(tensor.shape, path)
+            shape = check_shape(tensor.shape, path)
             data = _shared(tensor, str(region), path, read_region)
             arrays[tensor.name] = from_raw(data, dtype, shape, path, where=f"{path}.parameters.{SHM_REGION}")
         elif tensor.HasField("contents"):
@@ -154,7 +155,7 @@ def decode_inputs(message: v2.ModelInferRequest, read_region: ReadRegion | None)
                 )
             where = f"raw_input_contents[{next_raw}]"
             arrays[tensor.name] = from_raw(
-                raw[next_raw], dtype, input_shape(tensor.shape, path), path, where=where
+                raw[next_raw], dtype, check_shape(tensor.shape, path), path, where=where
             )
             next_raw += 1
     if next_raw != len(raw):

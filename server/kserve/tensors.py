@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
 
 import numpy as np
 from sluice.kserve.v2 import grpc_service_pb2 as v2
 
-from server.codec.tensors import MAX_DIMS
+from server.codec.tensors import check_shape
 from server.domain import Array, DType
 from server.errors import InvalidArgument, clip
 from server.kserve.datatypes import CONTENTS, FROM_V2, PROTOCOL, TO_V2
@@ -31,23 +30,8 @@ def input_dtype(datatype: str, path: str) -> DType:
     return dtype
 
 
-def input_shape(shape: Sequence[int], path: str) -> tuple[int, ...]:
-    if len(shape) > MAX_DIMS:
-        raise InvalidArgument(
-            f"{path}.shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported",
-            field=f"{path}.shape",
-        )
-    if any(d < 0 for d in shape):
-        raise InvalidArgument(
-            f"{path}.shape has a negative dimension: {clip(list(shape))}", field=f"{path}.shape"
-        )
-    if math.prod(shape) == 0:
-        raise InvalidArgument(f"{path} is empty (shape {clip(list(shape))})", field=f"{path}.shape")
-    return tuple(shape)
-
-
 def from_contents(tensor: v2.ModelInferRequest.InferInputTensor, dtype: DType, path: str) -> Array:
-    shape = input_shape(tensor.shape, path)
+    shape = check_shape(tensor.shape, path)
     field = CONTENTS.get(dtype)
     if field is None:
         raise InvalidArgument(
