@@ -221,13 +221,5 @@ def test_constrained_streams_and_penalties_on_the_gpu(llama: Path) -> None:
         assert server.terminate() == 0
     assert all(0 <= json.loads(t)["n"] <= 99 for t in texts) and re.fullmatch("[a-f]{5}", regex)
     assert forced == [66, 66, 66]
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(llama).eval()
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt]), max_new_tokens=12, do_sample=False, repetition_penalty=1.8,
-            eos_token_id=None, pad_token_id=0,
-        )  # fmt: skip
-    assert penalised == out[0, len(prompt) :].tolist()
+    assert penalised == greedy_reference(llama, prompt, 12, repetition_penalty=1.8)
     print("\nCUDA constraints: 20 schema samples valid, regex, logit_bias and repetition_penalty as generate")

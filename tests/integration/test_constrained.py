@@ -31,7 +31,7 @@ from clients import (
     ToolChoice,
 )
 from server.logits.grammar import to_grammar
-from tests.support.hf_models import save_with_tokenizer
+from tests.support.hf_models import greedy_reference, save_with_tokenizer
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 transformers = pytest.importorskip("transformers")
@@ -259,7 +259,6 @@ def test_max_tokens_inside_a_constraint_ends_with_length(server: ServerProcess) 
 def test_logits_settings_match_transformers(server: ServerProcess, llama: Path) -> None:
     """Greedy with repetition_penalty equals transformers' generate with the same penalty; a +100 bias
     forces its token; stop_token_ids end the stream as EOS does."""
-    import torch
 
     with SluiceClient(server.target) as client:
         prompt = [5, 9, 12, 5, 9]
@@ -278,13 +277,7 @@ def test_logits_settings_match_transformers(server: ServerProcess, llama: Path) 
     assert forced == [65] * 4
     assert stopped[-1].finish_reason == "stop" and stopped[-1].token_ids[-1] in stop_ids
     assert not {" ", "e"} & set("".join(c.text for c in stopped))
-    model = transformers.AutoModelForCausalLM.from_pretrained(llama).eval()
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt]), max_new_tokens=12, do_sample=False, repetition_penalty=1.8,
-            eos_token_id=None, pad_token_id=0,
-        )  # fmt: skip
-    assert got == out[0, len(prompt) :].tolist()
+    assert got == greedy_reference(llama, prompt, 12, repetition_penalty=1.8)
 
 
 @pytest.mark.parametrize(

@@ -55,14 +55,24 @@ def save(kind: str, directory: Path) -> Path:
     return directory
 
 
-def greedy_reference(directory: Path, prompt: list[int], tokens: int) -> list[int]:
-    """transformers' own greedy generate, the sequence alone; EOS is a token like any other (ignore_eos)."""
+def greedy_reference(
+    directory: Path, prompt: list[int], tokens: int, *, repetition_penalty: float = 1.0
+) -> list[int]:
+    """transformers' own greedy generate, the sequence alone; EOS is a token like any other (ignore_eos);
+    `repetition_penalty` as its RepetitionPenaltyLogitsProcessor applies it."""
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
     ids = torch.tensor([prompt])
     with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+        out = model.generate(
+            ids,
+            max_new_tokens=tokens,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+            repetition_penalty=repetition_penalty,
+        )
     return [int(t) for t in out[0, ids.shape[1] :]]
 
 
