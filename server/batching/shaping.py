@@ -46,8 +46,7 @@ class OutputShaping:
     def attach(self, seq: GenSequence, spec: GenerateSpec, matcher: llguidance.LLMatcher | None) -> None:
         """Gives the sequence its logits state and tool output; compiles here (bounded by the limits) when
         the caller did not prepare."""
-        constraint = effective_constraint(spec)
-        if constraint is not None and matcher is None:
+        if matcher is None and (constraint := effective_constraint(spec)) is not None:
             matcher = self.grammars.matcher(constraint)
         asked = spec.sampling
         presence, frequency = asked.presence_penalty or 0.0, asked.frequency_penalty or 0.0
