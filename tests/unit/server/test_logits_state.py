@@ -76,8 +76,17 @@ def test_penalties_count_only_kept_tokens() -> None:
 
 
 def test_choice_options_are_quoted_into_the_grammar() -> None:
-    grammar = to_grammar(Constraint.choice(['say "hi"', "back\\slash"]))
-    assert "say" in grammar
+    """Quotes and backslashes in an option are the option's own characters, not the grammar's syntax."""
+    options = ['say "hi"', "back\\slash"]
+    assert "say" in to_grammar(Constraint.choice(options))
+    for option in [*options, "say hi"]:
+        state = _state(Constraint.choice(options))
+        taken = True
+        for i, token in enumerate(option.encode()):
+            taken = taken and _mask(state, i)[0, token] == 0
+            state.accept(token)
+        ends = _mask(state, len(option.encode()))[0, MODEL.eos_id] == 0
+        assert (taken and ends) == (option in options), option
 
 
 def test_tool_output_shows_text_up_to_the_tag_and_parses_the_calls() -> None:
