@@ -1,11 +1,14 @@
 """Spans made and exported in a process of their own: the server's event loop only appends a call record (a
 tuple of names, nanosecond times and attributes) to a list; a thread hands the records to the export
-process in batches, over a pipe, as marshal frames; that process makes the spans with the OpenTelemetry
-SDK (its sampler decides) and exports them through the SDK's BatchSpanProcessor and OTLP/gRPC exporter.
+process in batches, over a pipe, as marshal frames; that process samples them as the SDK's parent-based
+ratio sampler would, writes their spans as OTLP (process/otlp_wire.py) and sends them to the collector's
+TraceService over gRPC.
 
 Why a process: made and exported in the server, a span costs ~20 us on the event loop and ~40 us more in
 the export thread, under the same GIL; an Infer call is ~600 us in all, so at sampling 1.0 tracing took a
-tenth of the server's throughput (bench.tracing). A record costs a few microseconds.
+tenth of the server's throughput (bench.tracing). A record costs a few microseconds. Why not the SDK in
+that process: its span objects and OTLP encoder cost ~120 us per Infer call, on the cores the server runs
+on; written directly, ~13 us (process/otlp_wire.py).
 
 A record: (name, traceparent, tracestate, kind, start_ns, end_ns, attributes, error, events, children), with
 events (name, ns, attributes) and children (name, start_ns, end_ns, attributes, error); error is the
@@ -18,16 +21,25 @@ from __future__ import annotations
 
 import argparse
 import marshal
+import queue
 import struct
 import subprocess
 import sys
 import threading
 from typing import IO, Any
 
+from process.otlp_wire import SpanEncoder
+
 Record = tuple[Any, ...]
 MAX_PENDING = 65536  # records waiting for the pipe; beyond, new ones are dropped (a wedged export process)
 _FLUSH_S = 0.2
 _FRAME = struct.Struct("<I")
+_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_EXPORT_TIMEOUT_S = 5.0  # a collector that takes longer loses that request, not the process's time
+# Spans per request (~400 bytes each: well under a collector's 4 MiB message limit), and requests that
+# may wait for the collector; beyond, they are dropped.
+_BATCH = 4096
+_QUEUED = 16
 
 
 class SpanRecords:
@@ -86,31 +98,48 @@ class SpanRecords:
             self.process.wait()
 
 
-def _spans(tracer: Any, records: list[Record]) -> None:
-    from opentelemetry import trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+class _Sender:
+    """The export process's OTLP/gRPC client: requests wait in a short queue for a thread that sends them
+    (already encoded: the channel's serializer is the identity); a collector that is down or slow costs
+    the requests that do not fit, never the reading of the pipe."""
 
-    from process.tracing import extract
+    def __init__(self, endpoint: str) -> None:
+        import grpc
 
-    for name, parent, state, kind, start, end, attributes, error, events, children in records:
-        carrier = {"traceparent": parent, **({"tracestate": state} if state else {})} if parent else {}
-        span = tracer.start_span(
-            name, context=extract(carrier), kind=SpanKind(kind), start_time=start, attributes=attributes
-        )
-        if span.is_recording():
-            inside = trace.set_span_in_context(span)
-            for child, child_start, child_end, child_attributes, child_error in children:
-                made = tracer.start_span(
-                    child, context=inside, start_time=child_start, attributes=child_attributes
-                )
-                if child_error:
-                    made.set_status(Status(StatusCode.ERROR, child_error))
-                made.end(end_time=child_end)
-            for event, at, event_attributes in events:
-                span.add_event(event, event_attributes, timestamp=at)
-            if error:
-                span.set_status(Status(StatusCode.ERROR, error))
-        span.end(end_time=end)
+        target = endpoint.split("://", 1)[-1]
+        if endpoint.startswith("https://"):
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        else:
+            self._channel = grpc.insecure_channel(target)
+        self._export = self._channel.unary_unary(_EXPORT, None, None)  # bytes in, bytes out
+        self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUED)
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="otlp-export", daemon=True)
+        self._thread.start()
+
+    def send(self, request: bytes) -> None:
+        try:
+            self._queue.put_nowait(request)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        import grpc
+
+        while (request := self._queue.get()) is not None:
+            try:
+                self._export(request, timeout=_EXPORT_TIMEOUT_S)
+            except grpc.RpcError:  # the collector refused or is away: that batch is lost
+                self.dropped += 1
+
+    def close(self, wait_s: float) -> None:
+        """What is queued goes out within `wait_s`; the rest is dropped with the process."""
+        try:
+            self._queue.put(None, timeout=wait_s)
+        except queue.Full:
+            return
+        self._thread.join(wait_s)
+        self._channel.close()
 
 
 def main() -> None:
@@ -119,9 +148,8 @@ def main() -> None:
     parser.add_argument("--sampling-ratio", type=float, required=True)
     parser.add_argument("--service", required=True)
     args = parser.parse_args()
-    from process.tracing import start_tracing
-
-    tracing = start_tracing(args.endpoint, sampling_ratio=args.sampling_ratio, service=args.service)
+    encoder = SpanEncoder(args.service, sampling_ratio=args.sampling_ratio)
+    sender = _Sender(args.endpoint)
     frames = sys.stdin.buffer
     while header := frames.read(_FRAME.size):
         if len(header) < _FRAME.size:
@@ -130,8 +158,10 @@ def main() -> None:
         payload = frames.read(size)
         if len(payload) < size:
             break
-        _spans(tracing.tracer, marshal.loads(payload))
-    tracing.shutdown(wait_s=5.0)  # stdin closed: the server is stopping, or gone
+        spans = encoder.spans(marshal.loads(payload))
+        for at in range(0, len(spans), _BATCH):
+            sender.send(encoder.request(spans[at : at + _BATCH]))
+    sender.close(wait_s=5.0)  # stdin closed: the server is stopping, or gone
 
 
 if __name__ == "__main__":

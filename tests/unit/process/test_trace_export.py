@@ -1,55 +1,14 @@
-"""process/trace_export.py: a call record becomes the SDK's spans (the call span continuing the caller's
-traceparent, its children, events and error status), and the export process, handed records over its
-pipe, exits once the pipe closes even with no collector to send to."""
+"""process/trace_export.py: the export process, handed records over its pipe, sends them to a collector as
+OTLP, and exits once the pipe closes, even with no collector to send to (the spans' encoding:
+test_otlp_wire.py)."""
 
 from __future__ import annotations
 
 import socket
 import time
 
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
-
-from process.trace_export import SpanRecords, _spans
-
-TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-
-
-def test_a_record_becomes_the_call_span_and_its_children() -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    children = [
-        ("sluice.admission", 100, 150, {"sluice.queue_wait_s": 0.05}, None),
-        ("refused", 150, 160, {}, "X"),
-    ]
-    events = [("cancelled", 800, {"by": "caller"})]
-    parent = f"00-{TRACE}-{SPAN}-01"
-    record = (
-        "svc/Generate",
-        parent,
-        "",
-        1,
-        100,
-        900,
-        {"rpc.method": "svc/Generate"},
-        "INTERNAL",
-        events,
-        children,
-    )
-    _spans(provider.get_tracer("test"), [record])
-    spans = {s.name: s for s in exporter.get_finished_spans()}
-    call = spans["svc/Generate"]
-    assert format(call.context.trace_id, "032x") == TRACE and call.parent is not None
-    assert format(call.parent.span_id, "016x") == SPAN
-    assert (call.kind, call.start_time, call.end_time) == (SpanKind.SERVER, 100, 900)
-    assert call.status.status_code == StatusCode.ERROR and [e.name for e in call.events] == ["cancelled"]
-    admission = spans["sluice.admission"]
-    assert admission.parent is not None and admission.parent.span_id == call.context.span_id
-    assert (admission.start_time, admission.end_time) == (100, 150)
-    assert spans["refused"].status.status_code == StatusCode.ERROR
+from process.trace_export import SpanRecords
+from tests.support.otlp import otlp_receiver
 
 
 def test_the_export_process_exits_when_its_pipe_closes_with_no_collector() -> None:
@@ -62,3 +21,18 @@ def test_the_export_process_exits_when_its_pipe_closes_with_no_collector() -> No
     started = time.monotonic()
     records.shutdown(4.0)
     assert records.process.poll() is not None and time.monotonic() - started < 5
+
+
+def test_the_export_process_sends_every_record_to_the_collector() -> None:
+    records_n = 5000  # more than one request's worth
+    with otlp_receiver() as receiver:
+        records = SpanRecords(receiver.endpoint, sampling_ratio=1.0, service="test")
+        for i in range(records_n):
+            name = "svc/last" if i == records_n - 1 else "svc/Infer"
+            records.add((name, "", "", 1, i, i + 1, {"rpc.method": "svc/Infer", "i": i}, None, [], []))
+        records.shutdown(10.0)
+        assert records.process.returncode == 0
+        receiver.process.wait_for_line(r'"name": "svc/last"')
+        spans = receiver.spans()
+    assert sorted(s.attributes["i"] for s in spans) == list(range(records_n))
+    assert {s.service for s in spans} == {"test"} and {s.kind for s in spans} == {2}
