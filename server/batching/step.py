@@ -36,6 +36,7 @@ class StepPlan:
     eos_masked: list[int]  # rows whose sequence may not end yet (min_tokens): EOS cannot be sampled there
     logprob_rows: list[tuple[int, int]]  # (row, alternatives) for the rows that asked for log-probabilities
     processed: Rows  # rows with a grammar, penalties or logit_bias (server/logits), and their counts
+    greedy: bool = False  # every row at temperature 0: the token is the argmax, no sampling tensors
 
     @classmethod
     def of(
@@ -53,6 +54,7 @@ class StepPlan:
         `generated` (per row), `positions` and `prev_rows` (per running row) are what the sequences will
         have once the step in flight is in (lookahead.py)."""
         batch = completing + runnable
+        params = [s.params for s in batch]
         seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
         counters = np.asarray(generated, dtype=np.int64)
         return cls(
@@ -62,7 +64,7 @@ class StepPlan:
             last_tokens=[s.last_token for s in runnable],
             prev_rows=prev_rows,
             positions=positions,
-            params=[s.params for s in batch],
+            params=params,
             uniforms=uniforms(seeds, counters),
             eos_masked=[
                 row
@@ -75,6 +77,7 @@ class StepPlan:
             processed=[
                 (row, s.logits, generated[row]) for row, s in enumerate(batch) if s.logits is not None
             ],
+            greedy=all(p.temperature <= 0 for p in params),
         )
 
 
@@ -114,11 +117,20 @@ def run_step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepRe
         raise
 
 
+# Where the model thread's step calls torch from Python, an op releases the GIL and takes it back after,
+# waiting while the event loop holds it (up to the switch interval): the fast paths below save such calls
+# in the common step (every row decoding on from the step before; all greedy): a batch-8 Llama step beside
+# a thread that holds the GIL took 15.2 -> 12.7 ms (medians of three runs; alone, ~8.5 ms either way).
+
+
 def _inputs(plan: StepPlan, chain: StepChain, device: torch.device) -> torch.Tensor:
+    previous, prev_rows = chain.tokens, plan.prev_rows
+    if previous is not None and len(previous) == len(prev_rows) and prev_rows == list(range(len(prev_rows))):
+        return previous  # every row's input is the same row's output of the step before
     tokens = torch.tensor(plan.last_tokens, dtype=torch.long, device=device)
-    if chain.tokens is not None and any(row >= 0 for row in plan.prev_rows):
-        rows = torch.tensor(plan.prev_rows, dtype=torch.long, device=device)
-        tokens = torch.where(rows >= 0, chain.tokens[rows.clamp(min=0)], tokens)
+    if previous is not None and any(row >= 0 for row in prev_rows):
+        rows = torch.tensor(prev_rows, dtype=torch.long, device=device)
+        tokens = torch.where(rows >= 0, previous[rows.clamp(min=0)], tokens)
     return tokens
 
 
@@ -147,13 +159,16 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
         process_logits(logits, plan.processed, masks)
     if plan.eos_masked and model.eos_id is not None:
         logits[plan.eos_masked, model.eos_id] = -torch.inf
-    chosen = sample(
-        logits,
-        temperature=torch.tensor([p.temperature for p in plan.params], device=device),
-        top_k=torch.tensor([p.top_k for p in plan.params], device=device),
-        top_p=torch.tensor([p.top_p for p in plan.params], device=device),
-        u=torch.from_numpy(plan.uniforms).to(device),
-    )
+    if plan.greedy:
+        chosen = logits.argmax(dim=-1)  # as sample() does for an all-greedy batch, without its tensors
+    else:
+        chosen = sample(
+            logits,
+            temperature=torch.tensor([p.temperature for p in plan.params], device=device),
+            top_k=torch.tensor([p.top_k for p in plan.params], device=device),
+            top_p=torch.tensor([p.top_p for p in plan.params], device=device),
+            u=torch.from_numpy(plan.uniforms).to(device),
+        )
     chain.tokens = chosen
     tokens = [int(t) for t in chosen.tolist()]
     if plan.processed:

@@ -83,19 +83,18 @@ class LlamaDecoder:
         """One step over prefill chunks and decoding rows; logits [N, V] for the chunks that end their
         prompt, then for every decoding row."""
         device = self.device
-        ids: list[int] = [t for p in prefills for t in p.token_ids]
-        pos: list[int] = []
-        for p in prefills:
-            pos.extend(range(p.start, p.start + len(p.token_ids)))
-        where = [p.base + at for p in prefills for at in range(p.start, p.start + len(p.token_ids))]
-        flat_ids = torch.cat([torch.tensor(ids, dtype=torch.long, device=device), tokens])
-        flat_pos = torch.cat([torch.tensor(pos, dtype=torch.long, device=device), positions])
-        flat_token = torch.cat(
-            [
-                torch.tensor(where, dtype=torch.long, device=device),
-                torch.as_tensor(bases, dtype=torch.long, device=device) + positions,
-            ]
-        )
+        decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions
+        if prefills:
+            ids: list[int] = [t for p in prefills for t in p.token_ids]
+            pos: list[int] = []
+            for p in prefills:
+                pos.extend(range(p.start, p.start + len(p.token_ids)))
+            where = [p.base + at for p in prefills for at in range(p.start, p.start + len(p.token_ids))]
+            flat_ids = torch.cat([torch.tensor(ids, dtype=torch.long, device=device), tokens])
+            flat_pos = torch.cat([torch.tensor(pos, dtype=torch.long, device=device), positions])
+            flat_token = torch.cat([torch.tensor(where, dtype=torch.long, device=device), decoded])
+        else:  # decode only: three concatenations fewer (each a GIL round trip: server/batching/step.py)
+            flat_ids, flat_pos, flat_token = tokens, positions, decoded
         arena = self.kv.k.shape[2]
         attention = StepAttention.plan(self.geometry, device, arena, prefills, bases, positions.tolist())
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
