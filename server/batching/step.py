@@ -20,6 +20,8 @@ from server.logits.apply import process as process_logits
 from server.logits.apply import start as start_masks
 from server.runtimes.base import GenerativeModel, Prefill
 
+_NO_DRAWS = np.zeros(0, dtype=np.float64)
+
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
@@ -55,8 +57,12 @@ class StepPlan:
         have once the step in flight is in (lookahead.py)."""
         batch = completing + runnable
         params = [s.params for s in batch]
-        seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
-        counters = np.asarray(generated, dtype=np.int64)
+        greedy = all(p.temperature <= 0 for p in params)
+        if greedy:  # no draw is made: the event loop skips the uniforms' array work
+            draws = _NO_DRAWS
+        else:
+            seeds = np.fromiter((s.seed for s in batch), dtype=np.uint64, count=len(batch))
+            draws = uniforms(seeds, np.asarray(generated, dtype=np.int64))
         return cls(
             moves=moves,
             prefills=prefills,
@@ -65,7 +71,7 @@ class StepPlan:
             prev_rows=prev_rows,
             positions=positions,
             params=params,
-            uniforms=uniforms(seeds, counters),
+            uniforms=draws,
             eos_masked=[
                 row
                 for row, s in enumerate(batch)
@@ -77,7 +83,7 @@ class StepPlan:
             processed=[
                 (row, s.logits, generated[row]) for row, s in enumerate(batch) if s.logits is not None
             ],
-            greedy=all(p.temperature <= 0 for p in params),
+            greedy=greedy,
         )
 
 
