@@ -9,11 +9,12 @@ outlives them, as the main thread does).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -28,21 +29,31 @@ class ChildFailed(RuntimeError):
     """The child exited, or did not print what was expected in time; carries its last lines."""
 
 
-def _child_setup(parent: int, die_with_parent: bool) -> Callable[[], None]:
-    """The function the child runs between fork and exec; libc is looked up here, in the parent, so the
-    child only makes system calls."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl if die_with_parent else None
+# What a child runs before it becomes its program: signal dispositions back to the defaults (a parent
+# started with SIGINT ignored, as a background job is, would pass that on through exec), the death signal
+# asked for, and exec. A trampoline instead of a preexec_fn: with a preexec_fn Python forks, and the
+# fork handlers of a parent holding gRPC state (pytest's in-process servers) now and then crashed the
+# child between fork and exec (SIGSEGV, "epoll_wait error: Bad file descriptor"); without one it uses
+# vfork, which runs none. The death signal survives exec, as it did from the preexec_fn.
+_TRAMPOLINE = f"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+if sys.argv[2] == "1":
+    import ctypes
+    asked = ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, signal.SIGTERM) == 0
+    if not asked or os.getppid() != int(sys.argv[1]):
+        os._exit(1)  # the parent died before the request took effect
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
 
-    def setup() -> None:
-        # A parent started with SIGINT ignored (a background job) would pass that on through exec.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != parent:  # the parent died before the request took effect
-                os._exit(1)
 
-    return setup
+def _trampolined(args: Sequence[str], die_with_parent: bool) -> list[str]:
+    """`args` behind the trampoline; a program that is not there fails here, in the parent, as Popen's."""
+    if shutil.which(args[0]) is None:
+        raise FileNotFoundError(2, "No such file or directory", args[0])
+    flag = "1" if die_with_parent else "0"
+    return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), flag, *args]
 
 
 class Child:
@@ -69,7 +80,7 @@ class Child:
             err = stderr_path.open("w")
         try:
             self.proc = subprocess.Popen(
-                list(args),
+                _trampolined(args, die_with_parent),
                 cwd=cwd,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -77,7 +88,6 @@ class Child:
                 text=True,
                 bufsize=1,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                preexec_fn=_child_setup(os.getpid(), die_with_parent),
             )
         finally:
             if not isinstance(err, int):

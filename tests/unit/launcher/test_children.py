@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 
+import psutil
 import pytest
 
 from launcher.children import Child, ChildFailed
@@ -55,3 +56,29 @@ def test_stop_terminates_then_reaps_and_sigint_is_not_inherited_as_ignored() -> 
     child.signal(signal.SIGINT)  # the child set SIGINT back to its default: it stops
     assert child.proc.wait(10) != 0
     assert child.stop(5) == child.proc.returncode
+
+
+def test_a_child_started_to_die_with_its_parent_does_when_the_parent_is_killed() -> None:
+    # A parent that starts a sleeping child and prints its pid; SIGKILL gives the parent no chance to
+    # stop it: the kernel's death signal, asked for by the trampoline before exec, does.
+    parent_code = (
+        "import sys; from launcher.children import Child; "
+        "c = Child('c', [sys.executable, '-c', 'import time; time.sleep(120)'], die_with_parent=True); "
+        "print('child', c.pid, flush=True); import time; time.sleep(120)"
+    )
+    parent = python(parent_code)
+    pid = int(parent.wait_for(r"child (\d+)", 30).group(1))
+    child = psutil.Process(pid)
+    assert "time.sleep(120)" in " ".join(child.cmdline())  # the program itself, exec'd in place
+    try:
+        parent.signal(signal.SIGKILL)
+        child.wait(10)  # not our child (its exit status goes to init): that it ended is what counts
+    finally:
+        parent.stop(5)
+        if child.is_running():
+            child.kill()
+
+
+def test_a_program_that_is_not_there_fails_in_the_parent() -> None:
+    with pytest.raises(FileNotFoundError):
+        Child("t", ["no-such-program-anywhere"])
