@@ -2,8 +2,8 @@
 OTLP/gRPC through the SDK's BatchSpanProcessor (a background thread: the event loop only appends a finished
 span to a bounded queue, and a collector that is down or slow costs dropped spans, nothing else), a
 parent-based ratio sampler (the first process to see a trace decides, the others follow its `sampled` flag),
-and W3C trace context in and out of HTTP headers and gRPC metadata. The server's spans are made by that
-provider in an export process of their own (start_span_export, process/trace_export.py).
+and W3C trace context in and out of HTTP headers and gRPC metadata. The server's spans are sampled alike and
+written as OTLP in an export process of their own, without the SDK (start_span_export, trace_export.py).
 
 Off (`--otlp-endpoint` unset, the default), `Tracing.off()` has `enabled` False and every hook returns
 before it touches OpenTelemetry: no span objects, no context look-ups, no thread. The provider is the

@@ -2,7 +2,7 @@
 arrival and admission (handlers), the queue wait, prefill, decode and batch that its answer reports
 (GenerateTimings, Timings). The call span continues the caller's `traceparent` from the gRPC metadata.
 As the call ends, one record of the span and its children, with their start and end times, goes to the
-export process (process/trace_export.py), which makes them with the SDK: nothing is added to the
+export process (process/trace_export.py), which writes them as OTLP: nothing is added to the
 scheduler's loop, no span is made per token, and the event loop spends a few microseconds a call.
 
     <service>/<method>       SERVER: rpc.*, gen_ai.* (model, tokens, finish reason, vLLM's gen_ai.latency.*),
@@ -47,7 +47,7 @@ class CallTracer:
 
 class CallTrace:
     """One call: its arrival, admission and answer noted as it runs, and, as it ends, one record of its
-    span and children for the export process (process/trace_export.py), where the SDK makes them."""
+    span and children for the export process (process/trace_export.py), which writes them as OTLP."""
 
     __slots__ = ("admitted", "answer", "metadata", "method", "owner", "request", "started", "wait")
 
