@@ -310,10 +310,12 @@ def report(
         f"{p99 / step_24:.2f}x; the joiners' TTFT {spread(join_ttft, 1000)} ms"
     )
     print("\ntargets (with h2load where installed: the server alone, not the Python client's share):")
-    for b in (8, 32):
-        print(
-            f"  sluice >= 0.85 x raw HF loop at {b} streams: {ratios[b]:.2f} -> {_verdict(ratios[b] >= 0.85)}"
-        )
+    for bar in (0.85, 0.95):  # the first engine's bar, and the second's (no gap between steps)
+        for b in (8, 32):
+            print(
+                f"  sluice >= {bar:.2f} x raw HF loop at {b} streams: {ratios[b]:.2f} -> "
+                f"{_verdict(ratios[b] >= bar)}"
+            )
     print(f"  inter-token p99 while long prompts join < 3x the step: {p99 / step_24:.2f}x -> "
           f"{_verdict(p99 < 3 * step_24)}")  # fmt: skip
 
