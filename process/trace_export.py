@@ -136,10 +136,12 @@ class _Sender:
         """What is queued goes out within `wait_s`; the rest is dropped with the process."""
         try:
             self._queue.put(None, timeout=wait_s)
-        except queue.Full:
-            return
-        self._thread.join(wait_s)
+            self._thread.join(wait_s)
+        except queue.Full:  # the collector held every request past `wait_s`: the queued ones are lost
+            self.dropped += self._queue.qsize()
         self._channel.close()
+        if self.dropped:  # once, as the process ends: what the collector did not get
+            print(f"trace export: {self.dropped} export requests dropped", file=sys.stderr, flush=True)
 
 
 def main() -> None:
