@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,11 +165,22 @@ class GenerativeModel(abc.ABC):
     chunked_prefill = False
 
     def forward(
-        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+        self,
+        prefills: Sequence[Prefill],
+        bases: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        computing: Callable[[], None] = lambda: None,
     ) -> torch.Tensor:
         """One scheduler step: the prefills, then one decode token per region. Returns logits [N, V] for the
         prefills that end their prompt, then for each decode row. The default runs prefill_many and decode;
-        a runtime that fuses both into one pass overrides it."""
+        a runtime that fuses both into one pass overrides it.
+
+        `computing` is called once, where the step's Python is done and its long torch call begins: the
+        scheduler hands the previous step's tokens to the event loop there, so that the loop's burst of
+        delivery runs while this thread needs no GIL (server/batching/worker.py)."""
+        computing()
         parts = []
         if prefills:
             parts.append(self.prefill_many(prefills))

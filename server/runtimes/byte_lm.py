@@ -7,7 +7,7 @@ Tokens 0-255 are bytes; 256 is end-of-sequence, 257 beginning-of-sequence. Its o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -118,7 +118,13 @@ class ByteLm(GenerativeModel, nn.Module):
         return bytes((token_id,)) if token_id < 256 else b""
 
     def forward(
-        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+        self,
+        prefills: Sequence[Prefill],
+        bases: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        computing: Callable[[], None] = lambda: None,
     ) -> torch.Tensor:
         """Every prefill chunk's tokens and every decoding row's one token in one flat batch, attention over
         zero-copy views of the arena (as the Llama decoder's, runtimes/llama_attention.py)."""
@@ -137,6 +143,7 @@ class ByteLm(GenerativeModel, nn.Module):
         arena = self.kv.k.shape[2]
         plan = StepAttention.plan(self._geometry, device, arena, prefills, bases, positions.tolist())
         x = self.tok_emb(flat_ids) + self.pos_emb(flat_pos)
+        computing()
         x = compiled()(
             x, flat_token, self.kv.k, self.kv.v, self._weights, self.heads, self.head_dim, *plan.graph_args()
         )

@@ -3,7 +3,7 @@ prefill and decode fused into one pass per step and long prompts prefilled in ch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -34,9 +34,15 @@ class LlamaFamilyLm(HfGenerativeModel):
         return self.decoder.allocate(tokens, self.context_length)
 
     def forward(
-        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+        self,
+        prefills: Sequence[Prefill],
+        bases: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        computing: Callable[[], None] = lambda: None,
     ) -> torch.Tensor:
-        return self.decoder.forward(prefills, bases, tokens, positions)
+        return self.decoder.forward(prefills, bases, tokens, positions, computing=computing)
 
     def prefill(self, base: int, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
         return self.decoder.forward([Prefill(base, token_ids, start)], [], self._no_rows, self._no_rows)[0]

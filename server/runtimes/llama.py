@@ -9,7 +9,7 @@ that cache as views (llama_attention.py): no cache is copied or concatenated per
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +79,12 @@ class LlamaDecoder:
         bases: Sequence[int],
         tokens: torch.Tensor,
         positions: torch.Tensor,
+        *,
+        computing: Callable[[], None] = lambda: None,
     ) -> torch.Tensor:
         """One step over prefill chunks and decoding rows; logits [N, V] for the chunks that end their
-        prompt, then for every decoding row."""
+        prompt, then for every decoding row. `computing` runs where the scripted stack starts
+        (GenerativeModel.forward)."""
         device = self.device
         decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions
         if prefills:
@@ -98,8 +101,10 @@ class LlamaDecoder:
         arena = self.kv.k.shape[2]
         attention = StepAttention.plan(self.geometry, device, arena, prefills, bases, positions.tolist())
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
+        embedded = self.embed[flat_ids]
+        computing()
         x = compiled()(
-            self.embed[flat_ids], cos, sin, flat_token, self.kv.k, self.kv.v, self.weights,
+            embedded, cos, sin, flat_token, self.kv.k, self.kv.v, self.weights,
             self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(),
         )  # fmt: skip
         last = attention.last_rows()

@@ -4,6 +4,7 @@ slow consumers, stall timeout, KV-slot accounting, limits, and batch-independent
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,13 +33,19 @@ class RecordingLm(ByteLm):
         self.ids: dict[int, int] = {}
 
     def forward(
-        self, prefills: Sequence[Prefill], bases: Sequence[int], tokens: torch.Tensor, positions: torch.Tensor
+        self,
+        prefills: Sequence[Prefill],
+        bases: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        computing: Callable[[], None] = lambda: None,
     ) -> torch.Tensor:
         for p in prefills:
             self.calls.append(("prefill", (self.ids.setdefault(p.base, len(self.ids)),)))
         if bases:
             self.calls.append(("decode", tuple(self.ids.setdefault(b, len(self.ids)) for b in bases)))
-        return self.adjust(super().forward(prefills, bases, tokens, positions))
+        return self.adjust(super().forward(prefills, bases, tokens, positions, computing=computing))
 
     def adjust(self, logits: torch.Tensor) -> torch.Tensor:
         return logits
@@ -240,3 +247,43 @@ def test_min_tokens_beyond_max_tokens_is_refused() -> None:
         assert info.value.field == "sampling.min_tokens"
 
     drive(Harness(), body)
+
+
+class GatedLm(RecordingLm):
+    """Each decode step, once its long call begins (`computing`), waits for the stream to receive the step
+    before it: the previous step's tokens must reach the event loop while this one computes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delivered = threading.Event()
+        self.waits: list[bool] = []
+
+    def forward(
+        self,
+        prefills: Sequence[Prefill],
+        bases: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        computing: Callable[[], None] = lambda: None,
+    ) -> torch.Tensor:
+        def gate() -> None:
+            computing()
+            if bases:
+                self.waits.append(self.delivered.wait(timeout=5))
+                self.delivered.clear()
+
+        return super().forward(prefills, bases, tokens, positions, computing=gate)
+
+
+def test_a_steps_tokens_are_delivered_while_the_next_step_computes() -> None:
+    async def body(h: Harness) -> None:
+        assert isinstance(h.model, GatedLm)
+        seq = h.submit("x", max_tokens=6, temperature=0.0, ignore_eos=True)
+        received = []
+        async for chunk in h.scheduler.chunks(seq):
+            received.extend(chunk.token_ids)
+            h.model.delivered.set()
+        assert len(received) == 6 and h.model.waits == [True] * 5
+
+    drive(Harness(model=GatedLm()), body)
