@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import secrets
 import time
@@ -19,45 +18,28 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import llguidance
-import torch
 
 from server.batching.delivery import Delivery, finish
-from server.batching.lookahead import Inflight, next_position, pending
+from server.batching.gauges import SchedulerGauges
+from server.batching.lookahead import Inflight, next_position
 from server.batching.memory import KvMemory
-from server.batching.oom import OomRecovery, out_of_memory
+from server.batching.oom import OomRecovery, step_failure
 from server.batching.prefill import plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
+from server.batching.runnable import runnable
 from server.batching.sequence import GenSequence
 from server.batching.shaping import OutputShaping
 from server.batching.step import StepChain, StepPlan, run_step
 from server.batching.stream import TokenStream, merge
 from server.batching.text import TextAssembler
 from server.batching.worker import ModelWorker
-from server.domain import (
-    FinishReason,
-    GenerateSpec,
-    TokenChunk,
-)
-from server.errors import (
-    ModelFailure,
-    ShuttingDown,
-    SluiceError,
-    StalledConsumer,
-)
+from server.domain import FinishReason, GenerateSpec, TokenChunk
+from server.errors import ShuttingDown, SluiceError
 from server.memory.breaker import MemoryBreaker
 from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel
 
-log = logging.getLogger(__name__)
 _STEP_EWMA = 0.05
-_KV_GAUGES_S = 0.25
-
-
-def _released(seq: GenSequence) -> None:
-    """Tells the sequence's owner (admission) its KV slot is free; once."""
-    if seq.on_release is not None:
-        release, seq.on_release = seq.on_release, None
-        release()
 
 
 class ContinuousScheduler:
@@ -90,25 +72,11 @@ class ContinuousScheduler:
         self.steps_started = 0
         self.step_s = 0.0  # EWMA of a step's duration: what one more token of a stream costs now
         self.drain_deadline: float | None = None
-        self._last_finished = 0.0
         self._chain = StepChain(worker.flush)
-        self._kv_published = 0.0
         self.delivery = Delivery(model, limits.context_length, metrics)
         self.shaping = OutputShaping(model)
         self._wake = asyncio.Event()
-        self._m_tokens = metrics.tokens.labels(name)
-        self._m_active = metrics.sequences.labels(name)
-        self._m_paused = metrics.sequences_paused.labels(name)
-        self._m_stalled = metrics.stalled.labels(name)
-        self._m_kv = [
-            g.labels(name)
-            for g in (metrics.kv_slots, metrics.kv_tokens, metrics.kv_reserved, metrics.kv_cached,
-                      metrics.kv_free)
-        ]  # fmt: skip
-        self._m_gap = metrics.step_gap.labels(name)
-        self._m_fragmentation = metrics.kv_fragmentation.labels(name)
-        self._m_compute = metrics.compute.labels(name, "Generate", device_label or model.descriptor.device)
-        self._m_batch = metrics.batch_size.labels(name, "Generate", device_label or model.descriptor.device)
+        self.gauges = SchedulerGauges(metrics, name, device_label or model.descriptor.device)
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
 
     # -- the request side (event loop) ------------------------------------------------------------
@@ -179,7 +147,7 @@ class ContinuousScheduler:
             with contextlib.suppress(ValueError):
                 self.joining.remove(seq)
             seq.done = True
-            _released(seq)
+            seq.released()
         self._wake.set()
 
     def begin_drain(self, grace_s: float) -> None:
@@ -213,7 +181,10 @@ class ContinuousScheduler:
 
     def _plan(self, inflight: Inflight | None, now: float) -> Inflight | None:
         """The next step, as the sequences will stand once `inflight` is in; handed to the model's thread."""
-        runnable, rows = self._runnable(inflight, now)
+        running, rows = runnable(
+            self.active, inflight, now, context_length=self.limits.context_length,
+            stall_timeout_s=self.stall_timeout_s, stalled=self.gauges.stalled,
+        )  # fmt: skip
         prefilling = [s for s in self.active if s.planned < len(s.feed)]
         if len(self.joining) > 1:
             self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
@@ -221,7 +192,7 @@ class ContinuousScheduler:
         # a HIGH call is not held to one chunk a step behind LOW streams' tokens.
         waiting = [*prefilling, *self.joining]
         top = max((w.priority for w in waiting), default=None)
-        decoding = any(r.priority >= top for r in runnable) if top is not None else bool(runnable)
+        decoding = any(r.priority >= top for r in running) if top is not None else bool(running)
         work = plan_prefill(
             prefilling,
             self.joining,
@@ -230,83 +201,44 @@ class ContinuousScheduler:
             decoding=decoding,
             preempt=self._preempt,
         )
-        kept = [(s, row) for s, row in zip(runnable, rows, strict=True) if s.region is not None]
-        runnable, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
+        kept = [(s, row) for s, row in zip(running, rows, strict=True) if s.region is not None]
+        running, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
         moves = self.memory.take_moves()
-        self._publish_gauges(len(runnable))
-        if not runnable and not work.chunks and not moves:
+        self.gauges.sequences(len(self.active), len(running), self.memory)
+        if not running and not work.chunks and not moves:
             return None
         step = self.steps_started
         self.steps_started += 1
         self.active.extend(work.joined)
         completing = work.completing
         plan = StepPlan.of(
-            moves, work.prefills(), completing, runnable,
+            moves, work.prefills(), completing, running,
             generated=[s.generated for s in completing] + [s.generated + (r >= 0) for s, r in kept],
             positions=[next_position(inflight, s, r) for s, r in kept],
             prev_rows=rows,
         )  # fmt: skip
         future = self.worker.submit_flushing(run_step, self.model, plan, self._chain)
-        batch = completing + runnable
+        batch = completing + running
         for seq in work.joined:
             if seq.first_step < 0:  # a preempted sequence rejoins: its first step stays
-                seq.scheduled, seq.first_step, seq.first_batch = now, step, len(work.chunks) + len(runnable)
-        return Inflight(step, future, work, [(s, s.epoch) for s in batch], [(s, s.epoch) for s in runnable])
-
-    def _runnable(self, inflight: Inflight | None, now: float) -> tuple[list[GenSequence], list[int]]:
-        """The sequences the next step decodes, and for each the row of the step in flight that computes
-        its input token (-1: its last token is known). One that the step in flight ends for certain
-        (max_tokens, the context) is not among them."""
-        runnable, rows = [], []
-        for seq in self.active:
-            if seq.planned < len(seq.feed) or seq.done or seq.cancel_step is not None:
-                continue  # its feed is still going in, a chunk per step
-            row = pending(inflight, seq)
-            if row < 0 and seq.prefilled < len(seq.feed):
-                continue  # its last chunk is in a step not yet delivered (a preempted row's, say)
-            ahead = 1 if row >= 0 else 0
-            if seq.generated + ahead >= seq.params.max_tokens:
-                continue
-            if next_position(inflight, seq, row) + 1 > self.limits.context_length:
-                continue
-            if seq.stream.has_room(ahead):
-                seq.paused_since = None
-                runnable.append(seq)
-                rows.append(row)
-            elif seq.paused_since is None:
-                seq.paused_since = now
-            elif now - seq.paused_since > self.stall_timeout_s:
-                self._m_stalled.inc()
-                finish(
-                    seq,
-                    FinishReason.CANCELLED,
-                    error=StalledConsumer(
-                        f"the consumer read nothing for {self.stall_timeout_s:g}s; the stream was ended"
-                    ),
-                )
-        return runnable, rows
+                seq.scheduled, seq.first_step, seq.first_batch = now, step, len(work.chunks) + len(running)
+        return Inflight(step, future, work, [(s, s.epoch) for s in batch], [(s, s.epoch) for s in running])
 
     async def _complete(self, step: Inflight) -> None:
         """Waits for the step, then commits what it wrote and delivers its tokens."""
         try:
             result = await step.future
         except Exception as exc:  # the whole step failed: its sequences end with an error, others go on
-            error = self._step_error(exc)
+            error = step_failure(exc, self._oom)
             chunked = [(seq, seq.epoch) for seq, _, _ in step.work.chunks]
             for seq, epoch in [*chunked, *step.decoding]:
                 if epoch == seq.epoch and not seq.done:
                     finish(seq, FinishReason.ERROR, error=error)
-            self._last_finished = 0.0
+            self.gauges.failed()
             return
-        took = result.finished - result.started
-        if self._last_finished and step.decoding:
-            gap = result.started - self._last_finished
-            self._m_gap.observe(gap)
-        self._last_finished = result.finished if step.decoding else 0.0
-        self._m_compute.observe(took)
+        batch = len(step.work.chunks) + len(step.decoding)
+        took = self.gauges.step(result, batch, decoding=bool(step.decoding))
         self.step_s += _STEP_EWMA * (took - self.step_s) if self.step_s else took
-        self._m_batch.observe(len(step.work.chunks) + len(step.decoding))
-        self._m_tokens.inc(len(result.tokens))
         for seq in step.work.commit():
             self.memory.prefilled(seq)
         for seq, epoch in step.decoding:
@@ -326,7 +258,7 @@ class ContinuousScheduler:
                 if not seq.done:
                     finish(seq, FinishReason.CANCELLED)
                 self.memory.release(seq)
-                _released(seq)
+                seq.released()
             else:
                 keep.append(seq)
         self.active = keep
@@ -336,7 +268,7 @@ class ContinuousScheduler:
             if not seq.done:
                 finish(seq, FinishReason.CANCELLED, error=error)
         for seq in self.joining:
-            _released(seq)
+            seq.released()
         self.joining.clear()
 
     def _next_timer(self, now: float) -> float | None:
@@ -358,25 +290,3 @@ class ContinuousScheduler:
         seq.planned = seq.prefilled = seq.position = 0
         seq.paused_since = None
         self.joining.append(seq)
-
-    def _publish_gauges(self, runnable: int) -> None:
-        self._m_active.set(len(self.active))
-        self._m_paused.set(len(self.active) - runnable)
-        memory, arena = self.memory, self.memory.arena
-        values = (memory.holders, memory.written, arena.reserved(), arena.cached(), arena.free_tokens())
-        for gauge, value in zip(self._m_kv, values, strict=True):
-            gauge.set(value)
-        now = time.monotonic()
-        if now >= self._kv_published + _KV_GAUGES_S or not memory.holders:
-            # It walks every region: a few times a second is what a scrape sees anyway.
-            self._kv_published = now
-            self._m_fragmentation.set(arena.fragmentation())
-
-    def _step_error(self, exc: Exception) -> SluiceError:
-        if isinstance(exc, torch.OutOfMemoryError):  # the worker gave the cached memory back already
-            self._oom.record(str(exc))
-            return out_of_memory("during a decode step")
-        if isinstance(exc, SluiceError):
-            return exc
-        log.exception("decode step failed", exc_info=exc)
-        return ModelFailure(f"the decode step failed: {type(exc).__name__}: {exc}")

@@ -78,6 +78,12 @@ class GenSequence:
             batch_size=self.first_batch,
         )
 
+    def released(self) -> None:
+        """Tells the sequence's owner (admission) its KV region is given up; once."""
+        if self.on_release is not None:
+            release, self.on_release = self.on_release, None
+            release()
+
     def usage(self) -> Usage:
         return Usage(
             prompt_tokens=len(self.prompt), completion_tokens=self.generated, cached_tokens=self.cached_tokens
