@@ -122,10 +122,11 @@ def h2load_run(target: str, streams: int, tokens: int, folder: Path) -> Run | No
 
 
 # -- long prompts joining running streams -----------------------------------------------------------------
-async def joining(target: str, streams: int, prompts: int) -> tuple[list[float], list[float]]:
+async def joining(target: str, streams: int, prompts: int, repeat: int) -> tuple[list[float], list[float]]:
     """`streams` run; once all have a first token, `prompts` 2,000-token prompts join. Returns the running
     streams' inter-token gaps from the first join until the last joiner's first token, and the joiners'
-    TTFTs (seconds)."""
+    TTFTs (seconds). Every joiner's prompt differs from its first token on (`repeat` in it), so none is
+    served from the prefix cache: each is prefilled whole, beside the running streams."""
     gaps: list[tuple[float, float]] = []  # (arrival, gap)
     started_all = asyncio.Event()
     first_tokens = 0
@@ -153,7 +154,8 @@ async def joining(target: str, streams: int, prompts: int) -> tuple[list[float],
 
     async def join(stub: pb_grpc.InferenceServiceStub, seed: int) -> float:
         sampling = pb.SamplingParams(max_tokens=4, seed=seed, temperature=0.0, ignore_eos=True)
-        request = pb.GenerateRequest(model=MODEL, text="y" * LONG_PROMPT, sampling=sampling)
+        text = f"{repeat}-{seed} ".ljust(LONG_PROMPT, "y")
+        request = pb.GenerateRequest(model=MODEL, text=text, sampling=sampling)
         sent = time.perf_counter()
         async for message in stub.Generate(request, timeout=300):
             if message.token_ids:
@@ -249,13 +251,13 @@ def main() -> None:
         join_ttft: list[float] = []
         with running(*flags) as (server, _shim):
             asyncio.run(concurrent(server.target, 4, 16, load=work))  # warm the paths
-            for _ in range(repeats):  # each raw run next to its Sluice run, so other load hits both alike
+            for repeat in range(repeats):  # each raw run next to its Sluice run: other load hits both alike
                 for b in CONCURRENCY:
                     raw[b].append(raw_decode(model, b, tokens))
                     sluice[b].append(asyncio.run(concurrent(server.target, b, tokens, load=work)))
                     if (h2 := h2load_run(server.target, b, tokens, Path(scratch))) is not None:
                         c_client[b].append(h2)
-                gaps, ttfts = asyncio.run(joining(server.target, 24, 2))
+                gaps, ttfts = asyncio.run(joining(server.target, 24, 2, repeat))
                 join_p99.append(percentile(gaps, 99))
                 join_ttft.extend(ttfts)
             gap_s = server.metric("sluice_step_gap_seconds_sum", model=MODEL)
