@@ -27,6 +27,7 @@ from starlette.types import Scope
 
 from shim.errors import ShimError
 from shim.jsonio import JsonResponse
+from shim.openapi import SHIM_ERROR, SHIM_ERROR_SCHEMA, ref, with_errors
 
 #: How a family answers an error: the status and headers the ShimError says, in the family's body shape.
 ErrorShape = Callable[[ShimError], Response]
@@ -50,6 +51,7 @@ class _Member:
     router: APIRouter
     error_shape: ErrorShape
     schemas: Callable[[], dict[str, Any]] | None
+    error_schema: dict[str, Any]
     media_check: MediaCheck | None = None
 
 
@@ -67,15 +69,18 @@ class Families:
         *,
         error_shape: ErrorShape,
         schemas: Callable[[], dict[str, Any]] | None = None,
+        error_schema: dict[str, Any] | None = None,
         media_check: MediaCheck | None = None,
     ) -> None:
         """Includes `router` in `app` as a family's: its routes answer errors in `error_shape`, and
-        `schemas()` (component schemas by name) joins /openapi.json; `media_check` replaces the JSON-only
-        check of its POST bodies (the v2 family takes the binary tensor extension)."""
+        `schemas()` (component schemas by name) joins /openapi.json, where every error status its routes
+        can answer is documented with `error_schema` (default: the shim's own shape); `media_check`
+        replaces the JSON-only check of its POST bodies (the v2 family takes the binary tensor extension)."""
         if not router.prefix.strip("/"):
             raise ValueError("an API family's router needs a prefix (such as /v1): its paths are the API")
         app.include_router(router)
-        self._members.append(_Member(router, error_shape, schemas, media_check))
+        schema = ref(SHIM_ERROR) if error_schema is None else error_schema
+        self._members.append(_Member(router, error_shape, schemas, schema, media_check))
         root = router.prefix.rstrip("/") + "/"
         if root not in self.api_roots:
             self.api_roots = (*self.api_roots, root)
@@ -117,9 +122,11 @@ class Families:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version, routes=app.routes)
             components = document.setdefault("components", {}).setdefault("schemas", {})
+            components[SHIM_ERROR] = SHIM_ERROR_SCHEMA
             for member in self._members:
                 if member.schemas is not None:
                     components.update(member.schemas())
+                with_errors(document, member.router.routes, member.error_schema)
             app.openapi_schema = document
         return app.openapi_schema
 

@@ -9,22 +9,31 @@ from typing import Any
 import grpc
 from fastapi import APIRouter, Request
 from grpc_health.v1 import health_pb2
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from shim.admission.bound import InflightBound
 from shim.jsonio import JsonResponse
 from shim.metrics import metrics_of
+from shim.openapi import documented
 from shim.upstream.channel import settings_of, upstream_of
 
 router = APIRouter()
 
+_STATUS = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+_PROMETHEUS: dict[int | str, dict[str, Any]] = {
+    "200": {
+        "description": "Prometheus' text format",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    }
+}
 
-@router.get("/healthz")
+
+@router.get("/healthz", **documented(None, _STATUS))
 async def healthz() -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses=_PROMETHEUS)
 async def metrics(request: Request) -> Response:
     """Prometheus: requests by route and status, open streams, disconnects, upstream latency."""
     return metrics_of(request).render()
@@ -34,7 +43,7 @@ def _unready(reason: str, message: str, **extra: Any) -> JsonResponse:
     return JsonResponse({"status": "unready", "reason": reason, "message": message, **extra}, status_code=503)
 
 
-@router.get("/readyz")
+@router.get("/readyz", **documented(None, _STATUS, also={503: _STATUS}))
 async def readyz(request: Request) -> JsonResponse:
     """200 when a request sent now would be admitted and served; 503 with the reason otherwise."""
     bound: InflightBound = request.app.state.inflight

@@ -21,6 +21,10 @@ from shim.refusals import unsupported_media_type
 _MEDIA = frozenset(("application/json", "application/octet-stream"))
 
 
+#: The protocol's error body, as /openapi.json documents it for every error status.
+ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+
+
 def error_shape(error: ShimError) -> JsonResponse:
     return JsonResponse({"error": error.body.message}, status_code=error.status, headers=error.headers)
 
@@ -32,4 +36,6 @@ def media_check(headers: Headers) -> None:
 
 
 def attach(app: FastAPI) -> None:
-    families_of(app).attach(app, routes.router, error_shape=error_shape, media_check=media_check)
+    families_of(app).attach(
+        app, routes.router, error_shape=error_shape, error_schema=ERROR_SCHEMA, media_check=media_check
+    )

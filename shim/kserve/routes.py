@@ -16,11 +16,21 @@ from shim.errors import upstream_errors
 from shim.jsonio import JsonResponse
 from shim.kserve import generation, translate
 from shim.kserve.models import config_to_json, metadata_to_json
+from shim.openapi import SSE, documented
 from shim.upstream.call_options import timeout_from
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
 
 router = APIRouter(prefix="/v2")
+
+# What /openapi.json says of the routes: bodies are JSON objects (the binary extension appends tensors after
+# one); the probes answer 503 in a shape of their own; infer may answer with binary tensors appended.
+_OBJECT = {"type": "object"}
+_BINARY = "application/octet-stream"
+_LIVE, _READY = (
+    {"type": "object", "required": [k], "properties": {k: {"type": "boolean"}}} for k in ("live", "ready")
+)
+_MODEL_READY = {**_READY, "properties": {"name": {"type": "string"}, "ready": {"type": "boolean"}}}
 
 
 def stub_of(request: Request) -> v2_grpc.GRPCInferenceServiceAsyncStub:
@@ -52,14 +62,14 @@ async def server_metadata(request: Request) -> JsonResponse:
     )
 
 
-@router.get("/health/live")
+@router.get("/health/live", **documented(None, _LIVE, also={503: _LIVE}))
 async def live(request: Request) -> JsonResponse:
     with _errors(request):
         answer = await stub_of(request).ServerLive(v2.ServerLiveRequest(), timeout=_timeout(request))
     return JsonResponse({"live": answer.live}, status_code=200 if answer.live else 503)
 
 
-@router.get("/health/ready")
+@router.get("/health/ready", **documented(None, _READY, also={503: _READY}))
 async def ready(request: Request) -> JsonResponse:
     try:
         answer = await stub_of(request).ServerReady(v2.ServerReadyRequest(), timeout=_timeout(request))
@@ -88,8 +98,10 @@ async def model_config(request: Request, name: str, version: str = "") -> JsonRe
     return JsonResponse(config_to_json(answer.config))
 
 
-@router.get("/models/{name}/ready")
-@router.get("/models/{name}/versions/{version}/ready")
+@router.get("/models/{name}/ready", **documented(None, _MODEL_READY, also={503: _MODEL_READY}))
+@router.get(
+    "/models/{name}/versions/{version}/ready", **documented(None, _MODEL_READY, also={503: _MODEL_READY})
+)
 async def model_ready(request: Request, name: str, version: str = "") -> JsonResponse:
     with _errors(request):
         answer = await stub_of(request).ModelReady(
@@ -104,8 +116,8 @@ async def model_ready(request: Request, name: str, version: str = "") -> JsonRes
     return JsonResponse({"name": name, "ready": False}, status_code=503)
 
 
-@router.post("/models/{name}/infer")
-@router.post("/models/{name}/versions/{version}/infer")
+@router.post("/models/{name}/infer", **documented(_OBJECT, _OBJECT, media=[_BINARY]))
+@router.post("/models/{name}/versions/{version}/infer", **documented(_OBJECT, _OBJECT, media=[_BINARY]))
 async def infer(request: Request, name: str, version: str = "") -> Response:
     document, binary = translate.split_body(
         await request.body(), request.headers.get(translate.HEADER_LENGTH)
@@ -131,15 +143,15 @@ async def infer(request: Request, name: str, version: str = "") -> Response:
     )
 
 
-@router.post("/models/{name}/generate")
-@router.post("/models/{name}/versions/{version}/generate")
+@router.post("/models/{name}/generate", **documented(_OBJECT, _OBJECT))
+@router.post("/models/{name}/versions/{version}/generate", **documented(_OBJECT, _OBJECT))
 async def generate(request: Request, name: str, version: str = "") -> Response:
     message = generation.generate_request(name, version, await request.body())
     return await generation.answer(request, stub_of(request), message, timeout_s=_timeout(request))
 
 
-@router.post("/models/{name}/generate_stream")
-@router.post("/models/{name}/versions/{version}/generate_stream")
+@router.post("/models/{name}/generate_stream", **documented(_OBJECT, None, media=[SSE]))
+@router.post("/models/{name}/versions/{version}/generate_stream", **documented(_OBJECT, None, media=[SSE]))
 async def generate_stream(request: Request, name: str, version: str = "") -> Response:
     message = generation.generate_request(name, version, await request.body())
     return generation.events(request, stub_of(request), message, timeout_s=_timeout(request))
@@ -165,7 +177,7 @@ async def shared_memory_status(request: Request, name: str = "") -> JsonResponse
     return JsonResponse(_regions(answer))
 
 
-@router.post("/systemsharedmemory/region/{name}/register")
+@router.post("/systemsharedmemory/region/{name}/register", **documented(_OBJECT, _OBJECT))
 async def shared_memory_register(request: Request, name: str) -> JsonResponse:
     document, _ = translate.split_body(await request.body(), None)
     key, offset, size = document.get("key"), document.get("offset", 0), document.get("byte_size")

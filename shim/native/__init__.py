@@ -8,8 +8,11 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from shim.families import families_of, shim_shape
-from shim.native import routes
+from shim.native import request_models, routes
+from shim.openapi import components_of
 
 
 def attach(app: FastAPI) -> None:
-    families_of(app).attach(app, routes.router, error_shape=shim_shape)
+    families_of(app).attach(
+        app, routes.router, error_shape=shim_shape, schemas=lambda: components_of(request_models)
+    )

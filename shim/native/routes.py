@@ -21,6 +21,7 @@ from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
 from shim.native import generation, translate
 from shim.native.request_models import GenerateBody, InferBody
+from shim.openapi import documented
 from shim.stream.consumer import Generations, respond
 from shim.upstream.call_options import call_options
 from shim.upstream.channel import settings_of, upstream_of
@@ -35,7 +36,7 @@ def _upstream_errors(
     return upstream_errors(json_field=json_field, reconnect_s=settings_of(request).reconnect_backoff_s)
 
 
-@router.post("/infer")
+@router.post("/infer", **documented(InferBody, None))
 async def infer(request: Request) -> Response:
     settings = settings_of(request)
     body = parse_body(await request.body(), InferBody)
@@ -51,7 +52,7 @@ async def infer(request: Request) -> Response:
     return JsonResponse(translate.infer_response_to_json(response))
 
 
-@router.post("/generate")
+@router.post("/generate", **documented(GenerateBody, None, streams=True))
 async def generate(request: Request) -> Response:
     settings = settings_of(request)
     body = parse_body(await request.body(), GenerateBody)

@@ -13,5 +13,9 @@ from shim.openai import errors, openapi, routes
 
 def attach(app: FastAPI) -> None:
     families_of(app).attach(
-        app, routes.router, error_shape=errors.error_response, schemas=openapi.component_schemas
+        app,
+        routes.router,
+        error_shape=errors.error_response,
+        schemas=openapi.component_schemas,
+        error_schema=openapi.ERROR_SCHEMA,
     )

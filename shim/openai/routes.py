@@ -22,9 +22,9 @@ from shim.identity import current_request_id
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
 from shim.openai import chat, completions, embeddings
-from shim.openai.openapi import documented
 from shim.openai.request_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, Unsupported
 from shim.openai.structured import ParamError
+from shim.openapi import documented
 from shim.refusals import invalid_argument
 from shim.request_metrics import request_metrics
 from shim.stream.consumer import Choice, Generations, respond

@@ -76,3 +76,31 @@ async def test_openapi_holds_every_familys_component_schemas(shim: RunningShim) 
     document = (await shim.client.get("/openapi.json")).json()
     assert {"ChatCompletionRequest", "ErrorResponse"} <= set(document["components"]["schemas"])
     assert "/v1/infer" in document["paths"]
+
+
+async def test_openapi_documents_every_error_a_route_can_answer_in_its_familys_shape(
+    shim: RunningShim,
+) -> None:
+    document = (await shim.client.get("/openapi.json")).json()
+    paths = document["paths"]
+
+    def error_schema(path: str, method: str, status: int) -> object:
+        return paths[path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+
+    # Every status the gRPC-code table maps to, and the body refusals on a route that reads a body.
+    for path, method in [
+        ("/v1/chat/completions", "post"),
+        ("/v1/infer", "post"),
+        ("/v2/models/{name}/infer", "post"),
+    ]:
+        documented = {int(status) for status in paths[path][method]["responses"]}
+        assert {400, 401, 403, 404, 408, 413, 415, 422, 429, 500, 503, 504} <= documented, path
+    assert "413" not in paths["/v1/models"]["get"]["responses"]  # no body, no body refusal
+    assert error_schema("/v1/chat/completions", "post", 429) == {"$ref": "#/components/schemas/ErrorResponse"}
+    assert error_schema("/v1/infer", "post", 404) == {"$ref": "#/components/schemas/SluiceError"}
+    assert error_schema("/v2/models/{name}/infer", "post", 404)["properties"] == {"error": {"type": "string"}}
+    # FastAPI's own 422 body is not what the shim answers.
+    assert error_schema("/v1/infer", "post", 422) == {"$ref": "#/components/schemas/SluiceError"}
+    # A probe's 503 has a shape of its own; /metrics is Prometheus' text.
+    assert "503" in paths["/readyz"]["get"]["responses"]
+    assert set(paths["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
