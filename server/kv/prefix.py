@@ -90,7 +90,8 @@ class PrefixCache:
             return None  # a hash collision across tenants: never another tenant's prefix
         if region is not feed.region or feed.verified < blocks * ALIGN:
             feed.region, feed.verified = region, common_blocks(region, tokens, blocks) * ALIGN
-        return Hit(region, feed.verified) if feed.verified else None
+        tokens_held = min(feed.verified, blocks * ALIGN)
+        return Hit(region, tokens_held) if tokens_held else None
 
     def register(self, region: Region, salt: str, known: Sequence[int] = ()) -> None:
         """Makes the region's full blocks findable (after its prompt or more is written). `known`: hashes

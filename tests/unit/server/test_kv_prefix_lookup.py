@@ -78,6 +78,21 @@ def test_a_collision_deep_in_the_prompt_keeps_the_blocks_before_it() -> None:
     assert hit is not None and hit.region is region and hit.tokens == 40 * ALIGN
 
 
+def test_a_hit_across_two_regions_is_taken_whole_from_the_deeper_one() -> None:
+    arena, cache = RegionArena(4096), PrefixCache(enabled=True)
+    chat = tokens_of(1000)
+    first, second = arena.allocate(400), arena.allocate(800)
+    assert first is not None and second is not None
+    first.tokens, first.written = array("i", chat[:400]), 400  # a chat's first turn
+    second.tokens, second.written = array("i", chat[:800]), 800  # its second: the first turn's blocks
+    cache.register(first, "s")  # stay the first region's, the new ones are the second's
+    cache.register(second, "s")
+    hit = cache.match(chat, "s")
+    assert hit is not None and hit.region is second and hit.tokens == 800
+    hit = cache.match(chat[:300], "s")
+    assert hit is not None and hit.region is first and hit.tokens == 288
+
+
 def test_a_grown_feed_extends_its_hashes_and_they_are_the_ones_from_scratch() -> None:
     from server.kv.prefix import FeedBlocks  # new with linear lookups
 
