@@ -59,7 +59,7 @@ class KvMemory:
 
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
-        hit = self.prefix.match(seq.feed, seq.salt)
+        hit = self.prefix.match(seq.feed, seq.salt, seq.blocks)
         need = len(seq.feed) + seq.params.max_tokens - seq.generated
         keep = {id(hit.region)} if hit is not None else set()
         region = self._reserve(need, seq, keep, preempt)
@@ -87,7 +87,7 @@ class KvMemory:
         """Its feed is in: the prompt's blocks may serve later requests."""
         if seq.region is not None:
             seq.region.written = seq.position
-            self.prefix.register(seq.region, seq.salt)
+            self.prefix.register(seq.region, seq.salt, seq.blocks.hashes)
 
     def wrote(self, seq: GenSequence, token: int) -> None:
         """A decode step wrote `token` (the sequence's last one) at its position - 1."""

@@ -10,6 +10,7 @@ from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
 from server.domain import GenerateTimings, Priority, SamplingParams, Usage
 from server.kv.arena import Region
+from server.kv.prefix import FeedBlocks
 from server.logits.state import RowState
 from server.tools.output import ToolOutput
 
@@ -31,6 +32,7 @@ class GenSequence:
     deadline: float = math.inf  # monotonic; inf: none
     salt: str = ""  # the prefix cache's namespace: the tenant's, or a group's the keys file shares
     feed: list[int] = field(default_factory=list)
+    blocks: FeedBlocks = field(default_factory=FeedBlocks)  # the prefix cache's hashes of the feed, once
     produced: list[int] = field(default_factory=list)  # the tokens sent, in order
     region: Region | None = None
     position: int = 0
