@@ -17,7 +17,9 @@ SluiceError                      code                 reason
 ├── Unauthenticated              UNAUTHENTICATED      UNAUTHENTICATED     (no token, or an unknown one)
 ├── PermissionDenied             PERMISSION_DENIED    MODEL_NOT_ALLOWED   (the tenant may not call that model)
 ├── TenantQuota                  RESOURCE_EXHAUSTED   TENANT_QUOTA        (+ RetryInfo: its share or its rate)
-└── ModelFailure                 INTERNAL             MODEL_ERROR
+├── ModelFailure                 INTERNAL             MODEL_ERROR
+└── ConstraintFailed             INTERNAL             CONSTRAINT_FAILED   (a grammar's matcher failed mid-way)
+    └── ConstraintTooComplex     INVALID_ARGUMENT     CONSTRAINT_TOO_COMPLEX  (a per-step limit outgrown)
 
 Errors echo what the caller sent (a model name, an input name) only through `clip`, and every metadata value
 is clipped too: an 8,000-character model name must not become 24 KB of trailers, over gRPC's limit.
@@ -163,3 +165,19 @@ class TenantQuota(SluiceError):
 class ModelFailure(SluiceError):
     code = "INTERNAL"
     reason = reasons.MODEL_ERROR
+
+
+class ConstraintFailed(SluiceError):
+    """A stream's grammar matcher failed after output began (sent in-band, ending the stream): a token it
+    could not take, or an error of its own."""
+
+    code = "INTERNAL"
+    reason = reasons.CONSTRAINT_FAILED
+
+
+class ConstraintTooComplex(ConstraintFailed):
+    """The grammar outgrew one of llguidance's per-step limits at this point of the output (Earley items
+    per row, lexer fuel): the request's constraint, not the server, is at fault, and a retry fails alike."""
+
+    code = "INVALID_ARGUMENT"
+    reason = reasons.CONSTRAINT_TOO_COMPLEX

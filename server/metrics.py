@@ -110,6 +110,13 @@ class Metrics:
             m,
             registry=r,
         )
+        self.constraint_failures = Counter(
+            "sluice_constraint_failures_total",
+            "Generations ended with an error because their grammar's matcher failed mid-stream, by reason "
+            "(CONSTRAINT_TOO_COMPLEX: a per-step limit outgrown; CONSTRAINT_FAILED: any other failure).",
+            ["model", "reason"],
+            registry=r,
+        )
         self.sequences = Gauge("sluice_sequences_active", "Sequences in the running batch.", m, registry=r)
         self.sequences_paused = Gauge(
             "sluice_sequences_paused", "Sequences skipped because their consumer is behind.", m, registry=r

@@ -249,7 +249,8 @@ class ContinuousScheduler:
             if epoch != seq.epoch:
                 self.delivery.discard(seq, step.step)  # preempted after it was planned: recomputed later
             else:
-                self.delivery.deliver(seq, token, step.step, result.logprobs.get(row))
+                failure = result.failures.get(row)
+                self.delivery.deliver(seq, token, step.step, result.logprobs.get(row), failure=failure)
 
     def _retire(self) -> None:
         keep = []

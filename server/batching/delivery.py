@@ -1,6 +1,6 @@
 """Delivery: a step's tokens to their sequences' streams, on the event loop - log-probabilities, text
-with stop sequences held back, and how each stream ends (EOS, a stop sequence, max_tokens, an error);
-tokens computed for a sequence that has left are counted, never sent."""
+with stop sequences held back, and how each stream ends (EOS, a stop sequence, max_tokens, an error, a
+grammar whose matcher failed); tokens computed for a sequence that has left are counted, never sent."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import time
 
 from server.batching.sequence import GenSequence
 from server.domain import FinishReason, StreamError, TokenChunk, TokenLogprob, TokenProbability
-from server.errors import SluiceError
+from server.errors import ConstraintFailed, ConstraintTooComplex, SluiceError, clip
 from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel
 
 Logprob = tuple[float, list[tuple[int, float]]]
+# How llguidance words a per-step limit outgrown (1.9: "Current row has 2001 items; max is 2000", "lexer
+# error: too many expressions constructed", fuel): the request's grammar is at fault, not the server.
+_LIMIT_WORDS = ("max is", "too many", "too complex", "fuel")
 
 
 class Delivery:
@@ -22,15 +25,25 @@ class Delivery:
         self._m_discarded = metrics.tokens_discarded.labels(name)
         self._m_after_cancel = metrics.tokens_after_cancel.labels(name)
         self._m_ttft = metrics.ttft.labels(name)
+        self._m_constraint = {
+            kind.reason: metrics.constraint_failures.labels(name, kind.reason)
+            for kind in (ConstraintFailed, ConstraintTooComplex)
+        }
 
     def discard(self, seq: GenSequence, step: int) -> None:
         """A token computed for a sequence that left (or was preempted) after its step was planned."""
         late = seq.cancel_step is not None and seq.cancel_step < step
         (self._m_after_cancel if late else self._m_discarded).inc()
 
-    def deliver(self, seq: GenSequence, token: int, step: int, logprob: Logprob | None) -> None:
+    def deliver(
+        self, seq: GenSequence, token: int, step: int, logprob: Logprob | None, *, failure: str | None = None
+    ) -> None:
+        """`failure`: the row's grammar matcher failed (its token is the EOS its mask then allowed)."""
         if seq.cancel_step is not None or seq.done:
             self.discard(seq, step)  # computed in a step planned before the consumer left; never sent
+            return
+        if failure is not None:
+            self._constraint_failed(seq, failure)
             return
         now = seq.last_token_at = time.monotonic()
         if seq.generated == 0:
@@ -58,6 +71,20 @@ class Delivery:
             if seq.tools is not None:
                 chunk.text = seq.tools.feed(chunk.text)
             seq.stream.push(chunk)
+
+    def _constraint_failed(self, seq: GenSequence, failure: str) -> None:
+        """Ends the stream with the matcher's error, never as `stop`: what was streamed stays sent (and the
+        text held back for stop sequences follows it), but the output is not what the constraint asked."""
+        kind = ConstraintTooComplex if any(w in failure.lower() for w in _LIMIT_WORDS) else ConstraintFailed
+        error = kind(
+            f"the constraint failed after {seq.generated} generated tokens: {clip(failure, 200)}",
+            metadata={"generated_tokens": seq.generated},
+        )
+        self._m_constraint[error.reason].inc()
+        text = seq.text.flush()
+        if seq.tools is not None:  # withheld tool-call text stays withheld: the call is incomplete
+            text = seq.tools.feed(text)
+        finish(seq, FinishReason.ERROR, chunk=TokenChunk(text=text), error=error)
 
     def _token_logprob(self, token: int, logprob: Logprob) -> TokenLogprob:
         chosen, top = logprob

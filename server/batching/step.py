@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ from server.batching.oom import release_cached_memory
 from server.batching.sampling import sample, uniforms
 from server.batching.sequence import GenSequence
 from server.domain import SamplingParams
-from server.logits.apply import Rows, accept
+from server.logits.apply import Rows, accept, failures
 from server.logits.apply import process as process_logits
 from server.logits.apply import start as start_masks
 from server.runtimes.base import GenerativeModel, Prefill
@@ -99,10 +99,12 @@ class StepChain:
 @dataclass(slots=True)
 class StepResult:
     """One token per row (the joiners' first tokens, then the running sequences' next ones), and for the
-    rows that asked, (chosen token's logprob, [(alternative id, logprob), ...] most likely first)."""
+    rows that asked, (chosen token's logprob, [(alternative id, logprob), ...] most likely first); the rows
+    whose grammar matcher has failed, with its error (their token is only the EOS the mask left)."""
 
     tokens: list[int]
     logprobs: dict[int, tuple[float, list[tuple[int, float]]]]
+    failures: dict[int, str] = field(default_factory=dict)
     started: float = 0.0  # perf_counter on the model's thread: the step's compute, and the gap before it
     finished: float = 0.0
 
@@ -181,7 +183,11 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
     tokens = [int(t) for t in chosen.tolist()]
     if plan.processed:
         accept(plan.processed, tokens)
-    return StepResult(tokens, _logprobs(plan, tokens, logprobs) if logprobs is not None else {})
+    return StepResult(
+        tokens,
+        _logprobs(plan, tokens, logprobs) if logprobs is not None else {},
+        failures(plan.processed) if masks is not None else {},  # the masks are in: process() waited
+    )
 
 
 def _logprobs(

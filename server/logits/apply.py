@@ -38,6 +38,7 @@ def _masks(states: list[RowState], vocab_size: int, eos_id: int) -> np.ndarray:
     if live:
         _executor().unsafe_compute_mask_ptr(live, out.ctypes.data, words * 4, len(states))
     for i, state in enumerate(states):
+        state.check()  # a failure while taking the tokens or computing the mask: the step reports it
         if state.ended:  # nothing more may follow: EOS only (the row's token is discarded anyway)
             out[i, eos_id // 32] = np.int32(np.uint32(1 << (eos_id % 32)).view(np.int32))
     bits = np.unpackbits(out.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
@@ -85,6 +86,11 @@ def process(logits: torch.Tensor, rows: Rows, masks: concurrent.futures.Future[n
         else:
             index = torch.tensor(grammar, device=logits.device)
             logits[index, :width] += bias[:, :width]
+
+
+def failures(rows: Rows) -> dict[int, str]:
+    """The rows whose matcher has failed, with its error (call once the masks are in: `process`)."""
+    return {row: state.failure for row, state, _ in rows if state.failure is not None}
 
 
 def accept(rows: Rows, tokens: list[int]) -> None:

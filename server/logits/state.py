@@ -4,7 +4,9 @@ before the last one's tokens are delivered, and discards tokens of sequences pre
 meanwhile, so every step first brings the state to the number of tokens the sequence will have
 (`sync`): tokens beyond it are dropped from the counts at once, and from the matcher (rolled back) by
 `advance`, which also feeds the matcher the tokens it has not seen - on the masks thread, beside the
-forward pass, never at the same time as the model's thread touches the matcher."""
+forward pass, never at the same time as the model's thread touches the matcher. A matcher that fails (a
+per-step limit outgrown, a token it cannot take) keeps its error in `failure`, which the step reports: the
+stream ends with that error, not with the EOS its mask then allows."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class RowState:
         "bias_values",
         "consumed",
         "counts",
+        "failure",
         "frequency",
         "matcher",
         "presence",
@@ -44,6 +47,7 @@ class RowState:
         self.presence, self.frequency, self.repetition = presence, frequency, repetition
         self.tokens: list[int] = []
         self.consumed = 0  # tokens the matcher has taken (it may lag `tokens`, or lead it until advance)
+        self.failure: str | None = None  # the matcher's error, once it has failed (set on the masks thread)
         penalised = presence != 0 or frequency != 0 or repetition != 1
         self.counts = torch.zeros(vocab_size, dtype=torch.float32, device=device) if penalised else None
         self.prompt_seen: torch.Tensor | None = None
@@ -89,6 +93,13 @@ class RowState:
                 break
             matcher.consume_token(token)
         self.consumed = len(self.tokens)
+
+    def check(self) -> None:
+        """Keeps the matcher's error once it fails (masks thread, after its mask): llguidance's own text,
+        its first line only (the rest dumps the tokens and the grammar)."""
+        matcher = self.matcher
+        if self.failure is None and matcher is not None and matcher.is_error():
+            self.failure = matcher.get_error().split("\n", 1)[0].strip() or "the grammar's matcher failed"
 
     @property
     def ended(self) -> bool:
