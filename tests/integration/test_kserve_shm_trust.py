@@ -191,3 +191,23 @@ def test_an_object_outside_the_callers_prefix_is_refused(
         "SHM_KEY_NOT_ALLOWED",
     )
     assert "sluice-shm-*" in str(info.value.details())
+
+
+def test_an_output_region_is_refused_so_the_server_never_writes_a_callers_object(
+    stub: v2_grpc.GRPCInferenceServiceStub, objects: list[Path]
+) -> None:
+    """A guard, already true on 6c0ff0d: outputs travel in the response, so no write can fault either."""
+    path = make(objects, "sluice-shm-out", bytes(64))
+    register(stub, "out", path, 64)
+    try:
+        message = by_value(np.ones(4))
+        output = message.outputs.add(name="y")
+        output.parameters["shared_memory_region"].string_param = "out"
+        output.parameters["shared_memory_byte_size"].int64_param = 4
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(message, timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "shared memory takes inputs only" in str(info.value.details())
+        assert path.read_bytes() == bytes(64)
+    finally:
+        unregister_all(stub)
