@@ -36,7 +36,7 @@ from server.frontends.engine import FrontendPool
 from server.kserve.methods import SERVICE as KSERVE_SERVICE
 from server.kserve.methods import kserve_methods
 from server.kserve.servicer import KServeServicer
-from server.kserve.shm import SharedMemory, ShmLimits
+from server.kserve.shm import SharedMemory
 from server.metrics import Metrics
 from server.placement import DevicePlacement, breaker_for, place
 from server.runtimes.registry import resolve_device
@@ -106,12 +106,7 @@ class SluiceServer:
             self.servicer,
             ready=lambda: self.interceptor.ready and not self.interceptor.draining,
             version=_version(),
-            shm=SharedMemory(
-                ShmLimits(
-                    settings.kserve_shm, settings.kserve_shm_max_regions, settings.kserve_shm_max_bytes
-                ),
-                tenants=[t.name for t in keys.tenants] if keys is not None else (),
-            ),
+            shm=SharedMemory.of(settings, keys),
         )
         self.health = HealthServicer()
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft

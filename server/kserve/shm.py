@@ -20,7 +20,8 @@ from pathlib import Path
 from sluice.kserve.v2 import grpc_service_pb2 as v2
 
 from server.admission.handlers import Context, abort
-from server.admission.tenants import CALLER
+from server.admission.tenants import CALLER, Keys
+from server.config import Settings
 from server.errors import FeatureOff, InvalidArgument, PermissionDenied, SluiceError, TenantQuota, clip
 from server.kserve.peers import remote_address
 from server.kserve.requests import ReadRegion
@@ -55,6 +56,13 @@ class SharedMemory:
         self.limits = limits
         self.root = root
         self.regions: dict[tuple[str, str], Region] = {}
+
+    @classmethod
+    def of(cls, settings: Settings, keys: Keys | None) -> SharedMemory:
+        """The extension as the flags set it, for the keys file's tenants."""
+        s = settings
+        limits = ShmLimits(s.kserve_shm, s.kserve_shm_max_regions, s.kserve_shm_max_bytes)
+        return cls(limits, tenants=[t.name for t in keys.tenants] if keys is not None else ())
 
     def reader(self, context: Context) -> ReadRegion | None:
         """What decoding reads regions through for this call: None with the extension off; the caller is
