@@ -32,8 +32,9 @@ def main() -> None:
         raise SystemExit(f"{TRITON_PY} is missing: bash scripts/setup_triton.sh")
     limit = str(2 * args.mib * 1024 * 1024)
     server = SluiceServer(
-        "--plugins", "tests.support.faulty_models", "--models", "vector-sum", "--max-message-bytes", limit
-    )
+        "--plugins", "tests.support.faulty_models", "--models", "vector-sum", "--max-message-bytes", limit,
+        "--kserve-shm", "true",
+    )  # fmt: skip
     runs = []
     try:
         for _ in range(args.repeats):

@@ -21,7 +21,7 @@ import tritonclient.utils.shared_memory as shm
 def main(target: str, mib: int, calls: int) -> dict[str, object]:
     client = g.InferenceServerClient(target)
     x = np.random.default_rng(0).standard_normal((1, mib * 262144)).astype(np.float32)
-    key = f"/sluice-bench-{os.getpid()}"
+    key = f"/sluice-shm-bench-{os.getpid()}"  # the anonymous caller's prefix
     region = shm.create_shared_memory_region("bench", key, x.nbytes)
     shm.set_shared_memory_region(region, [x])
     client.register_system_shared_memory("bench", key, x.nbytes)

@@ -88,6 +88,7 @@ class SluiceServer:
             for i, device in enumerate(self.devices)
         ]
         self.breaker = self.placements[0].breaker
+        keys = Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None
         self.interceptor = AdmissionInterceptor(
             _methods({}, {}),
             breaker=self.breaker if len(self.placements) == 1 else None,
@@ -95,7 +96,7 @@ class SluiceServer:
             max_message_bytes=settings.max_message_bytes,
             stall_timeout_s=settings.stall_timeout_s,
             access_log=AccessLog(settings.access_log),
-            keys=Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None,
+            keys=keys,
             max_request_bytes=settings.max_request_bytes_in_flight,
             tracing=self.tracing,
         )
@@ -105,7 +106,7 @@ class SluiceServer:
             self.servicer,
             ready=lambda: self.interceptor.ready and not self.interceptor.draining,
             version=_version(),
-            shm=SharedMemory(),
+            shm=SharedMemory.of(settings, keys),
         )
         self.health = HealthServicer()
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft

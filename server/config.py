@@ -161,6 +161,10 @@ class Settings:
         unit="processes",
     )  # fmt: skip
     max_message_bytes: int = setting(4 * 1024 * 1024, help="largest request message", unit="bytes")
+    # KServe v2 system shared memory (server/kserve/shm.py): off unless asked for; callers on this host only.
+    kserve_shm: bool = setting(False, help="serve KServe v2 system shared memory to callers on this host")
+    kserve_shm_max_regions: int = setting(16, help="shared-memory regions one tenant holds", unit="regions")
+    kserve_shm_max_bytes: int = setting(1 << 30, help="shared memory one tenant registers", unit="bytes")
     grace_s: float = setting(10.0, help="time in-flight calls get to finish on SIGTERM", unit="seconds")
     switch_interval_ms: float = setting(
         0.1, help="the GIL switch interval (CPython's default is 5 ms)", unit="ms"
@@ -261,6 +265,10 @@ class Settings:
         _check(self.stream_buffer >= 2, "stream_buffer", "must be >= 2")
         _check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         _check(self.max_message_bytes >= 1024, "max_message_bytes", "must be >= 1024")
+        _check(self.kserve_shm_max_regions >= 1, "kserve_shm_max_regions", "must be >= 1")
+        _check(self.kserve_shm_max_bytes >= 1, "kserve_shm_max_bytes", "must be >= 1")
+        # A front end forwards a call's bytes, not its peer's address: shared memory could not tell who calls.
+        _check(not self.kserve_shm or self.frontends == 1, "kserve_shm", "needs --frontends 1")
         _check(self.grace_s >= 0, "grace_s", "must be >= 0")
         _check(self.switch_interval_ms > 0, "switch_interval_ms", "must be > 0")
         _check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")

@@ -16,7 +16,10 @@ SluiceError                      code                 reason
 ├── StalledConsumer              CANCELLED            STALLED_CONSUMER
 ├── Unauthenticated              UNAUTHENTICATED      UNAUTHENTICATED     (no token, or an unknown one)
 ├── PermissionDenied             PERMISSION_DENIED    MODEL_NOT_ALLOWED   (the tenant may not call that model)
+│                                                     SHM_NOT_LOCAL, SHM_KEY_NOT_ALLOWED (shared memory)
 ├── TenantQuota                  RESOURCE_EXHAUSTED   TENANT_QUOTA        (+ RetryInfo: its share or its rate)
+│                                                     SHM_QUOTA           (its shared-memory regions)
+├── FeatureOff                   UNIMPLEMENTED        FEATURE_OFF         (a part not started: --kserve-shm)
 ├── ModelFailure                 INTERNAL             MODEL_ERROR
 └── ConstraintFailed             INTERNAL             CONSTRAINT_FAILED   (a grammar's matcher failed mid-way)
     └── ConstraintTooComplex     INVALID_ARGUMENT     CONSTRAINT_TOO_COMPLEX  (a per-step limit outgrown)
@@ -160,6 +163,11 @@ class PermissionDenied(SluiceError):
 class TenantQuota(SluiceError):
     code = "RESOURCE_EXHAUSTED"
     reason = reasons.TENANT_QUOTA
+
+
+class FeatureOff(SluiceError):
+    code = "UNIMPLEMENTED"
+    reason = reasons.FEATURE_OFF
 
 
 class ModelFailure(SluiceError):

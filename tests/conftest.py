@@ -13,7 +13,8 @@ from tests.support.processes import ServerProcess, ShimProcess, start_server, st
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ServerProcess]:
-    proc = start_server("--max-queue", "256", "--stall-timeout-s", "5")
+    # --kserve-shm: the tritonclient suites (gRPC and, through the shim, HTTP) use system shared memory.
+    proc = start_server("--max-queue", "256", "--stall-timeout-s", "5", "--kserve-shm", "true")
     yield proc
     assert proc.terminate() == 0, proc.diagnostics()
 

@@ -31,6 +31,14 @@ TENANT_QUOTA = "TENANT_QUOTA"
 MODEL_ERROR = "MODEL_ERROR"
 CONSTRAINT_TOO_COMPLEX = "CONSTRAINT_TOO_COMPLEX"
 CONSTRAINT_FAILED = "CONSTRAINT_FAILED"
+#: A part of the protocol this server was not started with (KServe v2 system shared memory: --kserve-shm).
+FEATURE_OFF = "FEATURE_OFF"
+#: Shared memory asked for by a caller that is not on the server's host (its peer is not loopback or Unix).
+SHM_NOT_LOCAL = "SHM_NOT_LOCAL"
+#: A shared-memory object outside the caller's name prefix, or not a plain object of its own.
+SHM_KEY_NOT_ALLOWED = "SHM_KEY_NOT_ALLOWED"
+#: The caller's registered regions would pass its count or byte cap (--kserve-shm-max-*).
+SHM_QUOTA = "SHM_QUOTA"
 
 # -- the shim's reasons -------------------------------------------------------------------------------
 UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"

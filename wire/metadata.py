@@ -12,6 +12,9 @@ USER = "x-sluice-user"
 #: W3C trace context (also the HTTP headers): the shim continues the caller's trace and sends its own span's.
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+#: The addresses a call was forwarded for, nearest last (the de facto HTTP header, as Envoy sets it; the shim
+#: sets its HTTP client's). The server believes it only from a peer on its own host (server/kserve/peers.py).
+FORWARDED_FOR = "x-forwarded-for"
 
 # -- gRPC trailers (and the shim's response headers) ----------------------------------------------------
 #: The tenant a call was served for.

@@ -22,13 +22,14 @@ from server.admission.streams import Admitted, StreamRefusal
 from server.admission.tenants import CALLER
 from server.errors import ModelNotFound, SluiceError, clip
 from server.kserve.calls import V2Call, parameter
-from server.kserve.requests import ReadRegion, decode_generate_call, decode_infer
+from server.kserve.requests import decode_generate_call, decode_infer
 from server.kserve.responses import ENABLE_FINAL, encode_chunk, encode_config, encode_infer, encode_metadata
 from server.kserve.shm import SharedMemory
 from server.servicer import InferenceServicer
 
 NAME = "sluice"
-EXTENSIONS = ("model_configuration", "system_shared_memory", "generate", "binary_tensor_data")
+EXTENSIONS = ("model_configuration", "generate", "binary_tensor_data")
+SHM_EXTENSION = "system_shared_memory"  # listed only when --kserve-shm serves it
 _STREAM_END = object()
 _STREAM_BUFFER = 16  # responses of one ModelStreamInfer waiting for the peer
 
@@ -68,7 +69,8 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: v2.ServerMetadataRequest, context: Context
     ) -> v2.ServerMetadataResponse:
-        return v2.ServerMetadataResponse(name=NAME, version=self.version, extensions=EXTENSIONS)
+        extensions = (*EXTENSIONS, SHM_EXTENSION) if self.shm.limits.enabled else EXTENSIONS
+        return v2.ServerMetadataResponse(name=NAME, version=self.version, extensions=extensions)
 
     async def ModelMetadata(
         self, request: v2.ModelMetadataRequest, context: Context
@@ -90,7 +92,7 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
         if replicas is None:
             raise ModelNotFound(request.model, list(self.servicer.batchers))
         batcher = replicas[CHOSEN.get()]
-        batch = decode_infer(request, batcher.model.descriptor, self._reader())
+        batch = decode_infer(request, batcher.model.descriptor, self.shm.reader(context))
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
         wait = ADMISSION_WAIT.get()
@@ -102,11 +104,6 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
                 await asyncio.gather(*(batcher.submit(i, deadline, admission_wait_s=wait) for i in items))
             )
         return encode_infer(request.model, request.request_id, results, batch.requested)
-
-    def _reader(self) -> ReadRegion:
-        tenant = CALLER.get()
-        owner = tenant.name if tenant is not None else ""
-        return lambda name, offset, size, path: self.shm.read(owner, name, offset, size, path)
 
     async def ModelStreamInfer(  # type: ignore[override]
         self, requests: AsyncIterator[Admitted | StreamRefusal], context: Context

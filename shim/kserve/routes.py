@@ -20,6 +20,7 @@ from shim.openapi import SSE, documented
 from shim.upstream.call_options import timeout_from
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
+from wire.metadata import FORWARDED_FOR
 
 router = APIRouter(prefix="/v2")
 
@@ -47,6 +48,15 @@ def stub_of(request: Request) -> v2_grpc.GRPCInferenceServiceAsyncStub:
 
 def _timeout(request: Request) -> float:
     return timeout_from(settings_of(request).infer_timeout_s, request.headers)
+
+
+def _origin(request: Request) -> tuple[tuple[str, str], ...]:
+    """The HTTP client's address as `x-forwarded-for`, on the calls that may reach shared memory: to the
+    server every call through the shim comes from the shim's host, and the server serves shared memory only
+    to callers on its own (server/kserve/peers.py). uvicorn's proxy-header handling has already put a
+    trusted local proxy's client here."""
+    client = request.client
+    return ((FORWARDED_FOR, client.host),) if client is not None and client.host else ()
 
 
 def _errors(request: Request) -> Any:
@@ -124,7 +134,7 @@ async def infer(request: Request, name: str, version: str = "") -> Response:
     )
     message = translate.infer_request(name, document, binary)
     message.model_version = version
-    call = stub_of(request).ModelInfer(message, timeout=_timeout(request))
+    call = stub_of(request).ModelInfer(message, timeout=_timeout(request), metadata=_origin(request))
     try:
         with _errors(request):
             response = await unless_disconnected(request, call)
@@ -172,7 +182,9 @@ def _regions(answer: v2.SystemSharedMemoryStatusResponse) -> list[dict[str, Any]
 async def shared_memory_status(request: Request, name: str = "") -> JsonResponse:
     with _errors(request):
         answer = await stub_of(request).SystemSharedMemoryStatus(
-            v2.SystemSharedMemoryStatusRequest(name=name), timeout=_timeout(request)
+            v2.SystemSharedMemoryStatusRequest(name=name),
+            timeout=_timeout(request),
+            metadata=_origin(request),
         )
     return JsonResponse(_regions(answer))
 
@@ -192,6 +204,7 @@ async def shared_memory_register(request: Request, name: str) -> JsonResponse:
         await stub_of(request).SystemSharedMemoryRegister(
             v2.SystemSharedMemoryRegisterRequest(name=name, key=key, offset=offset, byte_size=size),
             timeout=_timeout(request),
+            metadata=_origin(request),
         )
     return JsonResponse({})
 
@@ -201,6 +214,8 @@ async def shared_memory_register(request: Request, name: str) -> JsonResponse:
 async def shared_memory_unregister(request: Request, name: str = "") -> JsonResponse:
     with _errors(request):
         await stub_of(request).SystemSharedMemoryUnregister(
-            v2.SystemSharedMemoryUnregisterRequest(name=name), timeout=_timeout(request)
+            v2.SystemSharedMemoryUnregisterRequest(name=name),
+            timeout=_timeout(request),
+            metadata=_origin(request),
         )
     return JsonResponse({})

@@ -51,6 +51,28 @@ def test_tritonclient_http_shared_memory(http_run: dict[str, Any]) -> None:
     assert http_run["shm_status_after"] == []
 
 
+def test_shared_memory_for_a_client_on_another_host_is_refused(shim: ShimProcess) -> None:
+    """Issue 36: the server sees the shim's loopback address; the shim passes its client's on. A local proxy's
+    X-Forwarded-For (uvicorn trusts 127.0.0.1's) stands for a client elsewhere, as a remote one would."""
+    elsewhere = {"x-forwarded-for": "10.1.2.3"}
+    body = {"key": "/sluice-shm-nothing", "offset": 0, "byte_size": 64}
+    register = f"{shim.url}/v2/systemsharedmemory/region/r/register"
+    for answer in (
+        httpx.post(register, json=body, headers=elsewhere, timeout=10),
+        httpx.get(f"{shim.url}/v2/systemsharedmemory/status", headers=elsewhere, timeout=10),
+        httpx.post(f"{shim.url}/v2/systemsharedmemory/unregister", headers=elsewhere, timeout=10),
+    ):
+        assert answer.status_code == 403, answer.text
+        assert "10.1.2.3" in answer.json()["error"]
+    shared = {"shared_memory_region": "r", "shared_memory_byte_size": 2048}
+    by_reference = {"inputs": [{"name": "x", "shape": [1, 512], "datatype": "FP32", "parameters": shared}]}
+    infer = f"{shim.url}/v2/models/mlp/infer"
+    answer = httpx.post(infer, json=by_reference, headers=elsewhere, timeout=10)
+    assert answer.status_code == 403 and "10.1.2.3" in answer.json()["error"], answer.text
+    local = httpx.post(register, json=body, timeout=10)  # from here: refused only for the missing object
+    assert local.status_code == 400 and "no shared-memory object" in local.json()["error"], local.text
+
+
 def test_binary_extension_by_hand(shim: ShimProcess, own_rows: np.ndarray) -> None:
     sized = {"binary_data_size": X.nbytes}
     header = json.dumps({

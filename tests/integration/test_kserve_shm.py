@@ -28,7 +28,7 @@ def shm_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     )
     server: ServerProcess = start_server(
         "--plugins", "tests.support.faulty_models", "--models", "vector-sum", "--auth-keys", str(keys),
-        "--max-message-bytes", str(8 * 1024 * 1024),
+        "--max-message-bytes", str(8 * 1024 * 1024), "--kserve-shm", "true",
     )  # fmt: skip
     try:
         yield run_probe("shm", server.target, {"alpha": ALPHA, "beta": BETA})

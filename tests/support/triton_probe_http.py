@@ -41,7 +41,7 @@ def run(target: str, given: dict[str, Any]) -> dict[str, Any]:
 
     import tritonclient.utils.shared_memory as shm
 
-    key = f"/sluice-http-{os.getpid()}"
+    key = f"/sluice-shm-http-{os.getpid()}"  # the anonymous caller's prefix
     region = shm.create_shared_memory_region("http-in", key, x.nbytes)
     try:
         shm.set_shared_memory_region(region, [x])

@@ -42,7 +42,7 @@ def run(target: str, given: dict[str, Any]) -> dict[str, Any]:
 
     rng = np.random.default_rng(3)
     small = rng.standard_normal((1, MIB)).astype(np.float32)  # 4 MiB
-    key = f"/sluice-test-{os.getpid()}"
+    key = f"/sluice-shm-alpha-test-{os.getpid()}"  # the tenant's own prefix (server/kserve/shm_objects.py)
     region = shm.create_shared_memory_region("in", key, small.nbytes)
     try:
         shm.set_shared_memory_region(region, [small])

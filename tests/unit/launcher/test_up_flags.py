@@ -80,6 +80,15 @@ def test_the_interface_goes_to_both_and_server_only_flags_stay_with_the_server()
     assert pairs(argv.shim) == {"--host": "0.0.0.0", "--header-timeout-s": "3"}
 
 
+def test_shared_memory_is_off_unless_up_passes_its_flags_to_the_server() -> None:
+    assert Settings.from_args([]).kserve_shm is False
+    argv = split(["--kserve-shm", "true", "--kserve-shm-max-regions", "4", "--kserve-shm-max-bytes", "4096"])
+    assert argv.shim == ()
+    settings = Settings(**vars(server_parser().parse_args(argv.server)))
+    assert settings.kserve_shm is True
+    assert (settings.kserve_shm_max_regions, settings.kserve_shm_max_bytes) == (4, 4096)
+
+
 def test_nothing_given_passes_nothing_so_each_child_keeps_its_defaults() -> None:
     argv = split([])
     assert argv.server == () and argv.shim == ()
