@@ -29,7 +29,9 @@ def settle(server: ServerProcess) -> None:
     wait_until(
         lambda: server.metric("sluice_requests_in_flight", method="Generate") == 0, what="no stream in flight"
     )
-    wait_until(lambda: server.metric("sluice_kv_slots_in_use", model=MODEL) == 0, what="every region given up")
+    wait_until(
+        lambda: server.metric("sluice_kv_slots_in_use", model=MODEL) == 0, what="every region given up"
+    )
 
 
 def change(server: ServerProcess, before: dict[str, float]) -> dict[str, float]:
@@ -40,9 +42,8 @@ def change(server: ServerProcess, before: dict[str, float]) -> dict[str, float]:
 
 def test_a_completion_ended_by_a_stop_token_counts_its_look_ahead_as_finished(server: ServerProcess) -> None:
     with SluiceClient(server.target) as client:
-        greedy = [
-            t for c in client.generate(MODEL, "yes or no?", max_tokens=6, temperature=0.0) for t in c.token_ids
-        ]
+        first = client.generate(MODEL, "yes or no?", max_tokens=6, temperature=0.0)
+        greedy = [t for c in first for t in c.token_ids]
         settle(server)
         before = discarded(server)
         stop = greedy[2]
