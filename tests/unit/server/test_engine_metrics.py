@@ -1,7 +1,8 @@
-"""Issue 36, item 9: a compaction of the KV arena is counted where the arena compacts
-(sluice_kv_compactions_total) and its copies are timed on the model's thread where they run
-(sluice_kv_compaction_seconds), with the real scheduler and tiny byte LM; the streams whose regions moved
-go on exactly as they would have."""
+"""Issue 36, the engine's metrics with the real scheduler and tiny byte LM. Item 9: a compaction of the KV
+arena is counted where the arena compacts (sluice_kv_compactions_total) and its copies are timed on the
+model's thread where they run (sluice_kv_compaction_seconds); the streams whose regions moved go on exactly
+as they would have. Item 5: a preempted sequence's row in the step in flight is discarded as `preempted`,
+not as a cancellation."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from server.batching.continuous import ContinuousScheduler
 from server.batching.requests import RequestLimits
 from server.batching.sequence import GenSequence
 from server.batching.worker import ModelWorker
-from server.domain import GenerateSpec
+from server.domain import GenerateSpec, Priority
 from server.metrics import Metrics
 from server.runtimes.byte_lm import ByteLm
 from wire.sampling import Sampling
@@ -22,10 +23,14 @@ from wire.sampling import Sampling
 KV_TOKENS = 256  # four regions of 64: a prompt of 4 bytes and 60 tokens each
 
 
-def submit(scheduler: ContinuousScheduler, prompt: str, max_tokens: int) -> GenSequence:
+def submit(
+    scheduler: ContinuousScheduler, prompt: str, max_tokens: int, priority: Priority = Priority.NORMAL
+) -> GenSequence:
     sampling = Sampling.of({"max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True})
     return scheduler.submit(
-        GenerateSpec(model="byte-lm", prompt_text=prompt, prompt_ids=None, sampling=sampling)
+        GenerateSpec(
+            model="byte-lm", prompt_text=prompt, prompt_ids=None, sampling=sampling, priority=priority
+        )
     )
 
 
@@ -90,3 +95,27 @@ def test_a_compaction_is_counted_and_its_copies_timed_and_the_moved_streams_go_o
     assert 0 < (value("sluice_kv_compaction_seconds_sum", labels) or 0) < 5
     for name in ("b", "d", "e"):
         assert outputs[name] == outputs[name + " alone"], name
+
+
+def test_a_preempted_sequences_row_in_flight_is_discarded_as_preempted() -> None:
+    async def body(scheduler: ContinuousScheduler) -> None:
+        low = [submit(scheduler, p, 124, Priority.LOW) for p in ("lo-a", "lo-b")]  # 128 each: the arena
+        await until(lambda: all(s.generated >= 2 for s in low))
+        high = submit(scheduler, "high", 60, Priority.HIGH)
+        await until(lambda: any(s.epoch for s in low))  # preempted while its next step was in flight
+        await output(scheduler, high)
+        for seq in low:
+            assert len(await output(scheduler, seq)) == 124  # resumed and finished: nothing to count there
+
+    metrics = run(body)
+    value = metrics.registry.get_sample_value
+    discarded = {
+        reason: value("sluice_tokens_discarded_total", {"model": "byte-lm", "reason": reason})
+        for reason in ("cancelled", "finished", "preempted")
+    }
+    assert value("sluice_preemptions_total", {"model": "byte-lm"}) == 1
+    # Its row in the step computing and, at most, in the one handed over behind it.
+    assert discarded["preempted"] in (1, 2) and discarded["cancelled"] == discarded["finished"] == 0, (
+        discarded
+    )
+    assert value("sluice_tokens_after_cancel_total", {"model": "byte-lm"}) == 0
