@@ -98,10 +98,14 @@ class Metrics:
         self.tokens = Counter(
             "sluice_tokens_generated_total", "Tokens sampled by decode steps.", m, registry=r
         )
+        # By cause, so that an alert on clients leaving reads `cancelled` alone: a stream that ends by EOS
+        # or a stop sequence always costs one look-ahead token (server/batching/lookahead.py).
         self.tokens_discarded = Counter(
             "sluice_tokens_discarded_total",
-            "Tokens of the step in flight when their sequence was cancelled (computed, never sent).",
-            m,
+            "Tokens computed and never sent, by reason: cancelled (the caller left while its step was in"
+            " flight), finished (the look-ahead token of a stream already ended by EOS, a stop sequence or"
+            " an error), preempted (recomputed when the sequence resumes).",
+            [*m, "reason"],
             registry=r,
         )
         self.tokens_after_cancel = Counter(
@@ -168,6 +172,20 @@ class Metrics:
             "sluice_recomputed_tokens_total", "Tokens prefilled again to resume preempted sequences.", m,
             registry=r,
         )  # fmt: skip
+        self.kv_compactions = Counter(
+            "sluice_kv_compactions_total",
+            "Times the KV arena slid its regions down to close holes for a sequence no hole held.",
+            m,
+            registry=r,
+        )
+        # Timed on the model's thread, the device synchronised: the copies delay the step that carries them.
+        self.kv_compaction = Histogram(
+            "sluice_kv_compaction_seconds",
+            "Time the model's thread spent copying regions for one compaction of the KV arena.",
+            m,
+            buckets=(1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1),
+            registry=r,
+        )
         self.step_gap = Histogram(
             "sluice_step_gap_seconds",
             "Idle time of the model's thread between a decode step and the next one it was due to run.",

@@ -203,7 +203,7 @@ class ContinuousScheduler:
         )
         kept = [(s, row) for s, row in zip(running, rows, strict=True) if s.region is not None]
         running, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
-        moves = self.memory.take_moves()
+        moves, compactions = self.memory.take_moves()
         self.gauges.sequences(len(self.active), len(running), self.memory)
         if not running and not work.chunks and not moves:
             return None
@@ -215,7 +215,7 @@ class ContinuousScheduler:
             moves, work.prefills(), completing, running,
             generated=[s.generated for s in completing] + [s.generated + (r >= 0) for s, r in kept],
             positions=[next_position(inflight, s, r) for s, r in kept],
-            prev_rows=rows,
+            prev_rows=rows, compactions=compactions,
         )  # fmt: skip
         future = self.worker.submit_flushing(run_step, self.model, plan, self._chain)
         batch = completing + running
@@ -247,7 +247,7 @@ class ContinuousScheduler:
                 self.memory.wrote(seq, seq.last_token)
         for row, ((seq, epoch), token) in enumerate(zip(step.rows, result.tokens, strict=True)):
             if epoch != seq.epoch:
-                self.delivery.discard(seq, step.step)  # preempted after it was planned: recomputed later
+                self.delivery.discard(seq, step.step, preempted=True)  # recomputed when it resumes
             else:
                 failure = result.failures.get(row)
                 self.delivery.deliver(seq, token, step.step, result.logprobs.get(row), failure=failure)

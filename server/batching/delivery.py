@@ -22,7 +22,10 @@ class Delivery:
     def __init__(self, model: GenerativeModel, context_length: int, metrics: Metrics) -> None:
         self.model, self.context_length = model, context_length
         name = model.descriptor.name
-        self._m_discarded = metrics.tokens_discarded.labels(name)
+        discarded = metrics.tokens_discarded
+        self._m_cancelled = discarded.labels(name, "cancelled")
+        self._m_finished = discarded.labels(name, "finished")
+        self._m_preempted = discarded.labels(name, "preempted")
         self._m_after_cancel = metrics.tokens_after_cancel.labels(name)
         self._m_ttft = metrics.ttft.labels(name)
         self._m_constraint = {
@@ -30,10 +33,17 @@ class Delivery:
             for kind in (ConstraintFailed, ConstraintTooComplex)
         }
 
-    def discard(self, seq: GenSequence, step: int) -> None:
-        """A token computed for a sequence that left (or was preempted) after its step was planned."""
-        late = seq.cancel_step is not None and seq.cancel_step < step
-        (self._m_after_cancel if late else self._m_discarded).inc()
+    def discard(self, seq: GenSequence, step: int, *, preempted: bool = False) -> None:
+        """A token computed for a sequence that left, ended or was preempted after its step was planned,
+        counted by why: only `cancelled` (and the after-cancel count) is a caller that left."""
+        if seq.cancel_step is not None and seq.cancel_step < step:
+            self._m_after_cancel.inc()
+        elif preempted:
+            self._m_preempted.inc()
+        elif seq.cancel_step is not None:
+            self._m_cancelled.inc()
+        else:  # it ended itself (EOS, a stop sequence, an error): the step planned behind its last one
+            self._m_finished.inc()
 
     def deliver(
         self, seq: GenSequence, token: int, step: int, logprob: Logprob | None, *, failure: str | None = None

@@ -1,6 +1,6 @@
 """SchedulerGauges: what a Generate scheduler publishes - per iteration the sequences running and paused
 and the KV arena's tokens (its fragmentation a few times a second: it walks every region), and per step
-its compute time, batch size, tokens and the model thread's idle time before it."""
+its compute time, batch size, tokens, the model thread's idle time before it and its compactions' copies."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class SchedulerGauges:
         ]  # fmt: skip
         self._fragmentation = metrics.kv_fragmentation.labels(name)
         self._gap = metrics.step_gap.labels(name)
+        self._compaction = metrics.kv_compaction.labels(name)
         self._compute = metrics.compute.labels(name, "Generate", device)
         self._batch = metrics.batch_size.labels(name, "Generate", device)
         self._fragmentation_at = 0.0
@@ -50,6 +51,8 @@ class SchedulerGauges:
         if self._last_finished and decoding:
             self._gap.observe(result.started - self._last_finished)
         self._last_finished = result.finished if decoding else 0.0
+        for seconds in result.compactions:
+            self._compaction.observe(seconds)
         took = result.finished - result.started
         self._compute.observe(took)
         self._batch.observe(batch)

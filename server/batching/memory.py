@@ -32,6 +32,7 @@ class KvMemory:
         self.arena = RegionArena(tokens)
         self.prefix = PrefixCache(enabled=prefix_cache)
         self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order
+        self.compactions: list[tuple[int, int]] = []  # [start, end) of the moves each compaction made
         self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
         self._cached: OrderedDict[int, Region] = OrderedDict()  # id -> cached prefix, least recent first
         self._max_cached = max_cached
@@ -41,6 +42,7 @@ class KvMemory:
             metrics.prefix_evictions.labels(model),
             metrics.preemptions.labels(model),
             metrics.recomputed.labels(model),
+            metrics.kv_compactions.labels(model),
         )
 
     @property
@@ -53,9 +55,10 @@ class KvMemory:
         """Tokens running sequences have written."""
         return sum(seq.region.written for seq in self._holders.values() if seq.region is not None)
 
-    def take_moves(self) -> list[tuple[int, int, int]]:
-        moves, self.moves = self.moves, []
-        return moves
+    def take_moves(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+        """The moves for the next step, in order, and the spans of them each compaction made (timed)."""
+        moves, spans, self.moves, self.compactions = self.moves, self.compactions, [], []
+        return moves, spans
 
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
@@ -124,7 +127,10 @@ class KvMemory:
             if self._evict(keep):
                 continue
             if self.arena.free_tokens() >= aligned(need) > self.arena.largest_hole():
+                start = len(self.moves)
                 self.moves.extend(self.arena.compact())
+                self.compactions.append((start, len(self.moves)))
+                self._m[5].inc()
                 continue
             victim = self._victim(seq)
             if victim is None:

@@ -28,6 +28,7 @@ class StepPlan:
     """What the worker needs, copied out of the sequences on the event loop (the worker touches none)."""
 
     moves: list[tuple[int, int, int]]  # KV copies before the forward pass (compaction, cached prefixes)
+    compactions: list[tuple[int, int]]  # [start, end) of `moves` for each compaction: timed apart
     prefills: list[Prefill]
     bases: list[int]
     last_tokens: list[int]
@@ -51,6 +52,7 @@ class StepPlan:
         generated: list[int],
         positions: list[int],
         prev_rows: list[int],
+        compactions: list[tuple[int, int]] | None = None,
     ) -> StepPlan:
         """Rows: the sequences whose feed this step completes (their next token), then the running ones.
         `generated` (per row), `positions` and `prev_rows` (per running row) are what the sequences will
@@ -65,6 +67,7 @@ class StepPlan:
             draws = uniforms(seeds, np.asarray(generated, dtype=np.int64))
         return cls(
             moves=moves,
+            compactions=compactions or [],
             prefills=prefills,
             bases=[s.base for s in runnable],
             last_tokens=[s.last_token for s in runnable],
@@ -107,14 +110,16 @@ class StepResult:
     failures: dict[int, str] = field(default_factory=dict)
     started: float = 0.0  # perf_counter on the model's thread: the step's compute, and the gap before it
     finished: float = 0.0
+    compactions: list[float] = field(default_factory=list)  # seconds each compaction's copies took
 
 
 def run_step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResult:
     """One iteration's model work, on the model's thread."""
     started = time.perf_counter()
     try:
+        compactions = _move(model, plan) if plan.moves else []
         result = _step(model, plan, chain)
-        result.started, result.finished = started, time.perf_counter()
+        result.started, result.finished, result.compactions = started, time.perf_counter(), compactions
         return result
     except torch.OutOfMemoryError:
         chain.tokens = None
@@ -142,10 +147,32 @@ def _inputs(plan: StepPlan, chain: StepChain, device: torch.device) -> torch.Ten
     return tokens
 
 
+def _move(model: GenerativeModel, plan: StepPlan) -> list[float]:
+    """Applies the step's KV moves in order; returns how long each compaction's copies took. Compaction is
+    rare and copies whole regions, so the device is synchronised around it: the time is the copies', not
+    the launches' (an asynchronous device would hide it in the forward pass after)."""
+    moves, seconds, at = plan.moves, [], 0
+    for start, end in plan.compactions:
+        if at < start:
+            model.move_kv(moves[at:start])
+        _synchronise(model.device)
+        began = time.perf_counter()
+        model.move_kv(moves[start:end])
+        _synchronise(model.device)
+        seconds.append(time.perf_counter() - began)
+        at = end
+    if at < len(moves):
+        model.move_kv(moves[at:])
+    return seconds
+
+
+def _synchronise(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResult:
     device = model.device
-    if plan.moves:
-        model.move_kv(plan.moves)
     if not plan.prefills and not plan.bases:
         chain.tokens = None
         return StepResult([], {})  # a step of moves only

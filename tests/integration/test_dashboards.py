@@ -1,7 +1,9 @@
 """The Grafana dashboard (deploy/grafana/) and the Prometheus alert rules (deploy/prometheus/) against what
 Sluice exports (issue 22, item 4 and acceptance 3): every query and rule names metrics and labels that a
 live server and shim, scraped after real traffic, actually export; every rule and every dashboard query
-parses with promtool; the Kubernetes manifests provision both as ConfigMaps, rendered from those files."""
+parses with promtool; the Kubernetes manifests provision both as ConfigMaps, rendered from those files.
+Issue 36: every alert has `promtool test rules` cases that pass (deploy/prometheus/tests/), and the dashboard
+shows the engine (prefix cache, preemption, KV fragmentation and compaction, step gap)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,18 @@ from render_observability import OUT, render
 
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
 RULES = sorted((ROOT / "deploy" / "prometheus").glob("*.yml"))
+RULE_TESTS = sorted((ROOT / "deploy" / "prometheus" / "tests").glob("*.yml"))
+# The engine's metrics the dashboard must chart (issue 36, item 9).
+ENGINE = (
+    "sluice_prefix_cache_hits_total",
+    "sluice_prefix_cache_tokens_total",
+    "sluice_preemptions_total",
+    "sluice_recomputed_tokens_total",
+    "sluice_kv_fragmentation",
+    "sluice_kv_compactions_total",
+    "sluice_kv_compaction_seconds_bucket",
+    "sluice_step_gap_seconds_bucket",
+)
 TOKEN = "dashboard-tenant-token"
 # Labels Prometheus adds or PromQL makes, never exported by a process.
 NOT_EXPORTED = {"le", "instance", "job", "__name__"}
@@ -88,6 +102,42 @@ def test_the_rules_and_every_dashboard_query_parse_with_promtool(tmp_path: Path)
     done = subprocess.run([tool, "check", "rules", str(queries)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(concrete) >= 20
+
+
+def alerts() -> set[str]:
+    return {
+        rule["alert"]
+        for path in RULES
+        for g in yaml.safe_load(path.read_text())["groups"]
+        for rule in g["rules"]
+        if "alert" in rule
+    }
+
+
+def test_every_alert_has_promtool_cases_that_fire_and_pass() -> None:
+    """`promtool test rules` over deploy/prometheus/tests/: every alert is evaluated there, and each has a
+    case where it fires (the quiet cases, such as SluiceTokensForNobody on look-ahead discards alone, sit
+    beside them in the same series)."""
+    tool = promtool()
+    cases = [
+        case
+        for path in RULE_TESTS
+        for test in yaml.safe_load(path.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+    ]
+    assert alerts() - {case["alertname"] for case in cases} == set(), "alerts without a promtool case"
+    assert alerts() - {case["alertname"] for case in cases if case.get("exp_alerts")} == set(), (
+        "alerts no case expects to fire"
+    )
+    done = subprocess.run(
+        [tool, "test", "rules", *(str(path) for path in RULE_TESTS)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_dashboard_charts_the_engine() -> None:
+    queried = set().union(*(names_and_labels(q)[0] for q in dashboard_queries()))
+    assert [m for m in ENGINE if m not in queried] == []
 
 
 @pytest.fixture(scope="module")
