@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from process.flags import FlagParser, add_flags, flag_name, setting, values_from
-from server.model_selection import MODELS_HELP, MODELS_SHOWN, hf_directories, served_models
+from server.model_selection import MODELS_HELP, MODELS_SHOWN, check_hf_models, hf_directories, served_models
 from server.transport.tls import TlsFiles
 
 # Flags of model options that were server settings before each model declared its own (issue 18): they still
@@ -191,11 +191,7 @@ class Settings:
             "must be 64 hex digits (printf %s TOKEN | sha256sum)",
         )
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
-        _check(
-            all(name and directory for name, _, directory in (s.partition("=") for s in self.hf_models)),
-            "hf_models",
-            "each entry is NAME=DIRECTORY",
-        )
+        check_hf_models(self.hf_models)
         _check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             "device",

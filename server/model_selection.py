@@ -21,18 +21,25 @@ MODELS_HELP = (
 MODELS_SHOWN = "the --hf-models, else mlp,byte-lm,all-minilm-l6-v2"
 
 
+def check_hf_models(hf_models: Sequence[str]) -> None:
+    """Raises ValueError unless every --hf-models entry is NAME=DIRECTORY (readable is checked at start-up,
+    with the registry: server/runtimes/registry.py's check_models)."""
+    if not all(name and directory for name, _, directory in (entry.partition("=") for entry in hf_models)):
+        raise ValueError("invalid setting hf_models: each entry is NAME=DIRECTORY")
+
+
 def hf_directories(hf_models: Sequence[str]) -> dict[str, str]:
     """--hf-models entries (NAME=DIR) as NAME -> DIR."""
     return {name: directory for name, _, directory in (entry.partition("=") for entry in hf_models)}
 
 
 def served_models(models: Sequence[str] | None, hf: Mapping[str, str]) -> tuple[str, ...]:
-    """What is served, in order: the --models named (embedded, plugin or --hf-models names) when any are;
-    else, --models left out or given empty, the --hf-models; else the embedded models.
+    """What is served, in order: the --models named (embedded, plugin or --hf-models names) when any are,
+    each once; else, --models left out or given empty, the --hf-models; else the embedded models.
 
     An empty --models once meant nothing and was refused; it is read as "none named" (as left out) so that
     `--hf-models smol=DIR --models ''`, which a user writes to say "not the embedded ones", serves smol alone.
     """
     if models:
-        return tuple(models)
+        return tuple(dict.fromkeys(models))  # a name given twice is loaded once, not twice in memory
     return tuple(hf) or EMBEDDED_MODELS

@@ -51,6 +51,10 @@ def test_an_empty_model_list_reads_as_left_out_so_the_hf_models_alone_are_served
     assert Settings.from_args(["--models", ""]).served_models == ("mlp", "byte-lm", "all-minilm-l6-v2")
 
 
+def test_a_model_named_twice_is_served_once() -> None:
+    assert Settings.from_args(["--models", "mlp,byte-lm,mlp"]).served_models == ("mlp", "byte-lm")
+
+
 def test_help_gives_every_flag_its_unit_and_default() -> None:
     from server.config import parser
 
