@@ -8,7 +8,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 USAGE = """usage: sluice {up,serve,shim} [flags]   (sluice COMMAND --help lists the flags of each)
 
-  up      the server and the shim, on the embedded models unless --models says otherwise
+  up      the server and the shim, serving what serve would: --models, else the --hf-models,
+          else the embedded models
   serve   the gRPC server alone
   shim    the HTTP/SSE shim alone, in front of --upstream HOST:PORT"""
 

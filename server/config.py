@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from process.flags import FlagParser, add_flags, flag_name, setting, values_from
+from server.model_selection import MODELS_HELP, MODELS_SHOWN, check_hf_models, hf_directories, served_models
 from server.transport.tls import TlsFiles
-
-DEFAULT_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2")
 
 # Flags of model options that were server settings before each model declared its own (issue 18): they still
 # parse, into the --model-options entry they stand for, with a warning that names it.
@@ -43,11 +42,7 @@ class Settings:
     )
     metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
     metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
-    models: tuple[str, ...] | None = setting(
-        None,
-        help="models to serve, comma-separated: embedded, registered by a plugin, or named in --hf-models",
-        shown="mlp,byte-lm,all-minilm-l6-v2, or just the --hf-models when given",
-    )
+    models: tuple[str, ...] | None = setting(None, help=MODELS_HELP, shown=MODELS_SHOWN)
     plugins: tuple[str, ...] = setting(
         (), help="modules to import first, by name or .py path; they call register_model()"
     )
@@ -200,12 +195,7 @@ class Settings:
             "must be 64 hex digits (printf %s TOKEN | sha256sum)",
         )
         _check(self.metrics_port >= -1, "metrics_port", "must be -1 (off), 0 (any) or a port")
-        _check(self.models != (), "models", "name at least one model (or leave --models out)")
-        _check(
-            all(name and directory for name, _, directory in (s.partition("=") for s in self.hf_models)),
-            "hf_models",
-            "each entry is NAME=DIRECTORY",
-        )
+        check_hf_models(self.hf_models)
         _check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             "device",
@@ -292,14 +282,12 @@ class Settings:
     @property
     def hf_directories(self) -> dict[str, str]:
         """--hf-models as NAME -> DIR."""
-        return {name: directory for name, _, directory in (s.partition("=") for s in self.hf_models)}
+        return hf_directories(self.hf_models)
 
     @property
     def served_models(self) -> tuple[str, ...]:
-        """What is served: --models, else the --hf-models when given, else the embedded models."""
-        if self.models is not None:
-            return self.models
-        return tuple(self.hf_directories) or DEFAULT_MODELS
+        """What is served (server/model_selection.py: the rule `serve` and `up` share)."""
+        return served_models(self.models, self.hf_directories)
 
     @property
     def metrics_interface(self) -> str:

@@ -18,7 +18,7 @@ from process.flags import FlagError
 from process.log_limits import install_repeat_filter
 from server.admission.tenants import Keys
 from server.config import Settings, from_namespace, parser
-from server.runtimes.registry import check_models
+from server.runtimes.registry import check_models, log_deprecations
 
 PROG = "sluice serve"
 
@@ -44,6 +44,7 @@ def main(argv: Sequence[str]) -> int:
     # A failure that repeats every few milliseconds (a probe at the descriptor limit) logs a few lines a
     # minute, not megabytes.
     install_repeat_filter()
+    log_deprecations()
     return asyncio.run(_serve(settings))
 
 

@@ -4,8 +4,9 @@ with the options its model declares (`--model-options NAME.KEY=VALUE`).
 A plugin module (loaded with `--plugins my_pkg.models`, a module on the working directory, or a .py path)
 calls `register_model("name", factory)`, where the factory takes a ModelContext (the device and the server's
 limits), or `register_model("name", factory, options=NameOptions)`, where it takes (NameOptions,
-ModelContext), and returns a TensorModel or GenerativeModel. check_models() finds every mistake in these
-settings, the model options included, before the server binds.
+ModelContext), and returns a TensorModel or GenerativeModel. A factory of 0.1.0's (settings, device) form
+still registers, with a DeprecationWarning, until 0.3.0 (server/runtimes/former_factory.py). check_models()
+finds every mistake in these settings, the model options included, before the server binds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -23,9 +25,11 @@ from typing import Any, TypeVar, overload
 import torch
 
 from server.config import Settings
+from server.runtimes import former_factory
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.byte_lm import ByteLmOptions, byte_lm
 from server.runtimes.encoder import all_minilm_l6_v2
+from server.runtimes.former_factory import FormerSettings
 from server.runtimes.mlp import MlpOptions, mlp_model
 from server.runtimes.options import (
     ModelContext,
@@ -37,6 +41,7 @@ from server.runtimes.options import (
 
 Model = TensorModel | GenerativeModel
 OptionsT = TypeVar("OptionsT")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class _Registration:
     build: Callable[[Any, ModelContext], Model]
     options: type[Any]
     options_of: str  # whose --model-options entries configure this model: its own, or the model it varies
+    former: bool = False  # a (settings, device) factory: built with FormerSettings in place of options
 
 
 _REGISTRY: dict[str, _Registration] = {}
@@ -72,6 +78,12 @@ def register_model(
     """
     if options is not None and options_of is not None:
         raise TypeError(f"register_model({name!r}): give options or options_of, not both")
+    if options is None and options_of is None and former_factory.is_former(factory):
+        former_factory.warn(name)
+        _REGISTRY[name] = _Registration(
+            lambda given, context: factory(given, context.device), NoOptions, name, True
+        )
+        return
     _check_arity(name, factory, with_options=options is not None or options_of is not None)
     if options_of is not None:
         if options_of not in _REGISTRY:
@@ -87,7 +99,7 @@ def register_model(
 
 def _check_arity(name: str, factory: Callable[..., Model], *, with_options: bool) -> None:
     """A factory that cannot be called as it will be is refused when its plugin is imported, not once the
-    server listens: above all one written for the former (Settings, torch.device) form."""
+    server listens."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -97,9 +109,8 @@ def _check_arity(name: str, factory: Callable[..., Model], *, with_options: bool
     except TypeError:
         takes = "(its options, a ModelContext)" if with_options else "a ModelContext"
         raise TypeError(
-            f"register_model({name!r}): the factory must take {takes}, not {signature}; a factory of "
-            "(settings, device) is the former form: take a ModelContext (context.device, "
-            "context.max_batch_size, ...) and declare options= for the model's own settings"
+            f"register_model({name!r}): the factory must take {takes} (context.device, "
+            f"context.max_batch_size, ...), not {signature}; declare options= for the model's own settings"
         ) from None
 
 
@@ -209,6 +220,14 @@ def options_help() -> str:
     return "\n".join([title, *lines])
 
 
+def log_deprecations() -> None:
+    """Logs, once the server's logging is set up, what each plugin registered in a deprecated form (python
+    hides a DeprecationWarning raised outside __main__ unless -W asks)."""
+    for name, registration in sorted(_REGISTRY.items()):
+        if registration.former:
+            log.warning("%s", former_factory.deprecation(name))
+
+
 def _owners() -> list[str]:
     """The registered models that own their options (every one but the variants), by name."""
     return sorted(name for name, registration in _REGISTRY.items() if registration.options_of == name)
@@ -231,7 +250,10 @@ def build_models(settings: Settings, device: torch.device) -> list[Model]:
             models.append(_hf_model(settings, name, Path(hf[name]), device))
         else:
             registration = _REGISTRY[name]
-            models.append(registration.build(options[registration.options_of], context))
+            given = (
+                FormerSettings(settings, options) if registration.former else options[registration.options_of]
+            )
+            models.append(registration.build(given, context))
     return models
 
 

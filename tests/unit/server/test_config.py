@@ -47,9 +47,14 @@ def test_models_name_what_is_served_hf_names_included() -> None:
     assert both.served_models == ("mlp", "gen")
 
 
-def test_an_empty_model_list_is_refused() -> None:
-    with pytest.raises(ValueError, match="invalid setting models: name at least one model"):
-        Settings.from_args(["--models", ""])
+def test_an_empty_model_list_reads_as_left_out_so_the_hf_models_alone_are_served() -> None:
+    hf_only = Settings.from_args(["--hf-models", "smol=/models/smol", "--models", ""])
+    assert hf_only.served_models == ("smol",)
+    assert Settings.from_args(["--models", ""]).served_models == ("mlp", "byte-lm", "all-minilm-l6-v2")
+
+
+def test_a_model_named_twice_is_served_once() -> None:
+    assert Settings.from_args(["--models", "mlp,byte-lm,mlp"]).served_models == ("mlp", "byte-lm")
 
 
 def test_help_gives_every_flag_its_unit_and_default() -> None:

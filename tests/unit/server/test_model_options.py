@@ -4,8 +4,9 @@ settings they replaced, still work, with a warning naming the new spelling."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from process.flags import setting
 from server.config import Settings, parser
 from server.runtimes import registry
 from server.runtimes.byte_lm import ByteLmOptions
+from server.runtimes.former_factory import FormerSettings
 from server.runtimes.mlp import MlpModel, MlpOptions
 from server.runtimes.options import ModelContext, NoOptions
 from server.runtimes.registry import build_models, check_models, model_options, register_model
@@ -177,7 +179,57 @@ def test_help_lists_every_registered_models_options_with_type_and_default() -> N
     assert "--lm-size VALUE       deprecated: --model-options byte-lm.size=VALUE" in text
 
 
-def test_a_factory_of_the_former_settings_device_form_is_refused_when_its_plugin_is_imported() -> None:
-    with pytest.raises(TypeError, match=r"the factory must take a ModelContext, not \(settings, device\)"):
-        register_model("old", lambda settings, device: MlpModel(width=1, max_batch_size=1, device=device))
-    assert "old" not in registry._REGISTRY
+def test_a_factory_of_the_former_settings_device_form_registers_with_a_deprecation_warning() -> None:
+    read: list[tuple[int, int, torch.device]] = []
+
+    def former(settings: Any, device: torch.device) -> MlpModel:  # 0.1.0's form; Settings had mlp_width
+        read.append((settings.max_batch_size, settings.mlp_width, device))
+        return MlpModel(width=settings.mlp_width, max_batch_size=1, device=device)
+
+    with pytest.warns(DeprecationWarning, match="ModelContext") as caught:
+        register_model("old", former)
+    [warning] = caught.list
+    assert str(warning.message) == (
+        "register_model('old'): a factory taking (settings, device) is deprecated and will stop working in "
+        "Sluice 0.3.0; take a ModelContext instead (lambda context: Model(context.device); it also has "
+        "max_batch_size, context_length and max_sequences) and declare the model's own settings with "
+        "register_model(..., options=...)"
+    )
+    assert warning.filename == __file__, "attributed to the register_model() call, where the fix goes"
+    [model] = build_models(
+        Settings.from_args(["--models", "old", "--max-batch-size", "5", "--mlp-width", "24"]),
+        torch.device("cpu"),
+    )
+    assert read == [(5, 24, torch.device("cpu"))]
+    assert "512->24x3->512" in model.descriptor.description
+
+
+def test_the_former_settings_read_every_setting_the_moved_ones_included_and_change_none() -> None:
+    s = Settings.from_args(["--model-options", "byte-lm.size=small", "--max-queue", "3"])
+    view = FormerSettings(s, model_options(s))
+    assert (view.max_queue, view.lm_size, view.mlp_width) == (3, "small", 2048)
+    with pytest.raises(AttributeError, match="read-only"):
+        view.max_queue = 4
+    with pytest.raises(AttributeError):
+        _ = view.no_such_setting
+
+
+def test_a_context_factory_registers_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        register_model("new", lambda context: MlpModel(width=4, max_batch_size=1, device=context.device))
+    assert not registry._REGISTRY["new"].former
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: None,
+        lambda settings, device, extra: None,
+        lambda *, context: None,
+    ],
+)
+def test_a_factory_of_neither_form_is_refused_when_its_plugin_is_imported(factory: object) -> None:
+    with pytest.raises(TypeError, match=r"register_model\('odd'\): the factory must take a ModelContext"):
+        register_model("odd", factory)  # type: ignore[call-overload]
+    assert "odd" not in registry._REGISTRY
