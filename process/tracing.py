@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from process.otlp_target import resolve_endpoint
 from wire.metadata import TRACEPARENT, TRACESTATE
+
+if TYPE_CHECKING:
+    from process.otlp_target import CollectorTarget
 
 # The batch processor's period: spans of a quiet process reach the collector within half a second.
 _EXPORT_DELAY_MS = 500.0
@@ -65,7 +69,9 @@ class Tracing:
 
 def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) -> Tracing:
     """Tracing for this process: off without an endpoint. `endpoint` is the collector's OTLP/gRPC address,
-    `host:port` or `http(s)://host:port` (plaintext unless https)."""
+    `host:port` or `http(s)://host:port` (plaintext unless https): `--otlp-endpoint`, else the standard
+    variables' (process/otlp_target.py). The SDK's exporter reads the other OTEL_EXPORTER_OTLP_* itself."""
+    endpoint = resolve_endpoint(endpoint)
     if not endpoint:
         return Tracing.off()
     # The SDK loads only when tracing is on: a server without it starts no thread and imports nothing more.
@@ -95,14 +101,22 @@ def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) 
     return Tracing(provider.get_tracer("sluice"), provider)
 
 
-def start_span_export(endpoint: str | None, *, sampling_ratio: float, service: str) -> Tracing:
+def start_span_export(
+    collector: CollectorTarget | None,
+    *,
+    sampling_ratio: float,
+    service: str,
+    report: Callable[[str, int], None] | None = None,
+) -> Tracing:
     """As start_tracing, but the spans are made and exported in a process of their own from the call
-    records this one hands it (the server's hot path: process/trace_export.py)."""
-    if not endpoint:
+    records this one hands it (the server's hot path: process/trace_export.py), to `collector`
+    (process/otlp_target.py's collector_target); `report` is told what became of them (outcome, spans)."""
+    if collector is None:
         return Tracing.off()
     from process.trace_export import SpanRecords
 
-    return Tracing(None, records=SpanRecords(endpoint, sampling_ratio=sampling_ratio, service=service))
+    records = SpanRecords(collector, sampling_ratio=sampling_ratio, service=service, report=report)
+    return Tracing(None, records=records)
 
 
 def extract(carrier: Mapping[str, str]) -> Context:

@@ -73,7 +73,8 @@ class OtlpReceiver:
 
     def __init__(self, process: Process, port: int) -> None:
         self.process = process
-        self.endpoint = f"http://127.0.0.1:{port}"
+        self.address = f"127.0.0.1:{port}"
+        self.endpoint = f"http://{self.address}"
 
     def spans(self, trace_id: str | None = None) -> list[ReceivedSpan]:
         out = []
