@@ -15,12 +15,17 @@ TLS: an `https://` endpoint, or a bare `host:port` with `OTEL_EXPORTER_OTLP_[TRA
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk import environment_variables as names
+
+# What gRPC sends as metadata (validate_metadata.cc); "-bin" keys would need bytes.
+_METADATA_KEY = re.compile(r"[0-9a-z_.-]+(?<!-bin)")
+_METADATA_VALUE = re.compile(r"[\x20-\x7e]*")
 
 EXPORT_TIMEOUT_S = 5.0  # a collector that takes longer loses that attempt, not the process's time
 
@@ -78,13 +83,10 @@ def collector_target(flag: str | None) -> CollectorTarget | None:
     )
     from opentelemetry.util.re import parse_env_headers
 
-    scheme, _, rest = endpoint.partition("://")
-    if not rest:
-        scheme, rest = "", endpoint
-    target = rest.split("/", 1)[0]  # OTLP/gRPC has no path
-    _, insecure = _pick(names.OTEL_EXPORTER_OTLP_TRACES_INSECURE, names.OTEL_EXPORTER_OTLP_INSECURE)
-    secure = scheme == "https" or (not scheme and insecure.strip().lower() == "false")
-    _, headers = _pick(names.OTEL_EXPORTER_OTLP_TRACES_HEADERS, names.OTEL_EXPORTER_OTLP_HEADERS)
+    target = endpoint.partition("://")[2] or endpoint
+    target = target.split("/", 1)[0]  # OTLP/gRPC has no path
+    secure = tls(endpoint)
+    headers_name, headers = _pick(names.OTEL_EXPORTER_OTLP_TRACES_HEADERS, names.OTEL_EXPORTER_OTLP_HEADERS)
     compression_name, compression = _pick(
         names.OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, names.OTEL_EXPORTER_OTLP_COMPRESSION
     )
@@ -102,15 +104,35 @@ def collector_target(flag: str | None) -> CollectorTarget | None:
             (names.OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE, names.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE),
         )
     ]
+    pairs = tuple(parse_env_headers(headers, liberal=True).items())
+    for key, value in pairs:  # gRPC would fail every export (INTERNAL): the start fails instead
+        if (
+            not _METADATA_KEY.fullmatch(key)
+            or key.startswith("grpc-")
+            or not _METADATA_VALUE.fullmatch(value)
+        ):
+            raise ValueError(
+                f"{headers_name}: {key!r} is not a header gRPC can send (a name of lower-case letters, "
+                "digits and '-_.', not grpc-* or *-bin; a value of printable ASCII)"
+            )
     return CollectorTarget(
         target,
         secure,
-        headers=tuple(parse_env_headers(headers, liberal=True).items()),
+        headers=pairs,
         compression="gzip" if gzip else None,
         certificate=pems[0],
         client_key=pems[1],
         client_certificate=pems[2],
     )
+
+
+def tls(endpoint: str) -> bool:
+    """Whether the collector at `endpoint` is dialled with TLS (this module's rule, the shim's too)."""
+    scheme, separator, _ = endpoint.partition("://")
+    if separator:
+        return scheme == "https"
+    _, insecure = _pick(names.OTEL_EXPORTER_OTLP_TRACES_INSECURE, names.OTEL_EXPORTER_OTLP_INSECURE)
+    return insecure.strip().lower() == "false"
 
 
 def _pick(signal: str, generic: str) -> tuple[str, str]:

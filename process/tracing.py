@@ -5,8 +5,9 @@ parent-based ratio sampler (the first process to see a trace decides, the others
 and W3C trace context in and out of HTTP headers and gRPC metadata. The server's spans are sampled alike and
 written as OTLP in an export process of their own, without the SDK (start_span_export, trace_export.py).
 
-Off (`--otlp-endpoint` unset, the default), `Tracing.off()` has `enabled` False and every hook returns
-before it touches OpenTelemetry: no span objects, no context look-ups, no thread. The provider is the
+Off (no `--otlp-endpoint` and no OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, the default), `Tracing.off()` has
+`enabled` False and every hook returns before it touches OpenTelemetry: no span objects, no context
+look-ups, no thread. The provider is the
 process's own, never the global one, so that tests may run several in one interpreter."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from process.otlp_target import resolve_endpoint
+from process.otlp_target import resolve_endpoint, tls
 from wire.metadata import TRACEPARENT, TRACESTATE
 
 if TYPE_CHECKING:
@@ -81,9 +82,7 @@ def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    exporter = OTLPSpanExporter(
-        endpoint=endpoint, insecure=not endpoint.startswith("https://"), timeout=_EXPORT_TIMEOUT_S
-    )
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=not tls(endpoint), timeout=_EXPORT_TIMEOUT_S)
     provider = TracerProvider(
         sampler=ParentBased(TraceIdRatioBased(sampling_ratio)),
         resource=Resource.create({"service.name": service}),

@@ -51,6 +51,15 @@ def test_an_unknown_compression_stops_the_start_naming_the_variable(monkeypatch:
         collector_target("collector:4317")
 
 
+@pytest.mark.parametrize("header", ["x-key=caf%C3%A9", "grpc-timeout=1S", "x-key-bin=AAAA", "x%20key=v"])
+def test_a_header_grpc_cannot_send_stops_the_start(monkeypatch: pytest.MonkeyPatch, header: str) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"x-ok=1,{header}")
+    with pytest.raises(
+        ValueError, match=r"OTEL_EXPORTER_OTLP_TRACES_HEADERS: .* is not a header gRPC can send"
+    ):
+        collector_target("collector:4317")
+
+
 def test_tls_reads_the_certificates_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "ca.pem").write_bytes(b"CA")
     (tmp_path / "client.pem").write_bytes(b"CERT")
