@@ -5,22 +5,27 @@ parent-based ratio sampler (the first process to see a trace decides, the others
 and W3C trace context in and out of HTTP headers and gRPC metadata. The server's spans are sampled alike and
 written as OTLP in an export process of their own, without the SDK (start_span_export, trace_export.py).
 
-Off (`--otlp-endpoint` unset, the default), `Tracing.off()` has `enabled` False and every hook returns
-before it touches OpenTelemetry: no span objects, no context look-ups, no thread. The provider is the
+Off (no `--otlp-endpoint` and no OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, the default), `Tracing.off()` has
+`enabled` False and every hook returns before it touches OpenTelemetry: no span objects, no context
+look-ups, no thread. The provider is the
 process's own, never the global one, so that tests may run several in one interpreter."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from process.otlp_target import resolve_endpoint, tls
 from wire.metadata import TRACEPARENT, TRACESTATE
+
+if TYPE_CHECKING:
+    from process.otlp_target import CollectorTarget
 
 # The batch processor's period: spans of a quiet process reach the collector within half a second.
 _EXPORT_DELAY_MS = 500.0
@@ -65,7 +70,9 @@ class Tracing:
 
 def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) -> Tracing:
     """Tracing for this process: off without an endpoint. `endpoint` is the collector's OTLP/gRPC address,
-    `host:port` or `http(s)://host:port` (plaintext unless https)."""
+    `host:port` or `http(s)://host:port` (plaintext unless https): `--otlp-endpoint`, else the standard
+    variables' (process/otlp_target.py). The SDK's exporter reads the other OTEL_EXPORTER_OTLP_* itself."""
+    endpoint = resolve_endpoint(endpoint)
     if not endpoint:
         return Tracing.off()
     # The SDK loads only when tracing is on: a server without it starts no thread and imports nothing more.
@@ -75,9 +82,7 @@ def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    exporter = OTLPSpanExporter(
-        endpoint=endpoint, insecure=not endpoint.startswith("https://"), timeout=_EXPORT_TIMEOUT_S
-    )
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=not tls(endpoint), timeout=_EXPORT_TIMEOUT_S)
     provider = TracerProvider(
         sampler=ParentBased(TraceIdRatioBased(sampling_ratio)),
         resource=Resource.create({"service.name": service}),
@@ -95,14 +100,22 @@ def start_tracing(endpoint: str | None, *, sampling_ratio: float, service: str) 
     return Tracing(provider.get_tracer("sluice"), provider)
 
 
-def start_span_export(endpoint: str | None, *, sampling_ratio: float, service: str) -> Tracing:
+def start_span_export(
+    collector: CollectorTarget | None,
+    *,
+    sampling_ratio: float,
+    service: str,
+    report: Callable[[str, int], None] | None = None,
+) -> Tracing:
     """As start_tracing, but the spans are made and exported in a process of their own from the call
-    records this one hands it (the server's hot path: process/trace_export.py)."""
-    if not endpoint:
+    records this one hands it (the server's hot path: process/trace_export.py), to `collector`
+    (process/otlp_target.py's collector_target); `report` is told what became of them (outcome, spans)."""
+    if collector is None:
         return Tracing.off()
     from process.trace_export import SpanRecords
 
-    return Tracing(None, records=SpanRecords(endpoint, sampling_ratio=sampling_ratio, service=service))
+    records = SpanRecords(collector, sampling_ratio=sampling_ratio, service=service, report=report)
+    return Tracing(None, records=records)
 
 
 def extract(carrier: Mapping[str, str]) -> Context:

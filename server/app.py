@@ -24,6 +24,7 @@ from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
 from process.access_log import AccessLog
 from process.limits import raise_fd_limit
+from process.otlp_target import collector_target
 from process.tracing import start_span_export
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
@@ -74,7 +75,10 @@ class SluiceServer:
         self.metrics = Metrics()
         # Before any gRPC object exists: the export process starts with no gRPC thread to disturb.
         self.tracing = start_span_export(
-            settings.otlp_endpoint, sampling_ratio=settings.otlp_sampling_ratio, service="sluice-server"
+            collector_target(settings.otlp_endpoint),  # the flag or OTEL_EXPORTER_OTLP_*, read once, here
+            sampling_ratio=settings.otlp_sampling_ratio,
+            service="sluice-server",
+            report=self.metrics.trace_export,
         )
         # One memory breaker per device; with one device admission refuses on it directly, with several
         # each model's DeviceGates skips the devices whose breaker is open.

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from auth.keys import bearer_token
+from process.trace_export import DROP_REASONS
 
 _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -219,6 +220,25 @@ class Metrics:
             buckets=_LATENCY,
             registry=r,
         )
+        # Tracing (process/trace_export.py): label values are its fixed drop reasons.
+        self.trace_spans_exported = Counter(
+            "sluice_trace_spans_exported_total", "Spans the trace collector accepted.", registry=r
+        )
+        self.trace_spans_dropped = Counter(
+            "sluice_trace_spans_dropped_total",
+            "Spans lost on the way to the trace collector, by where (process/trace_export.py DROP_REASONS).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in DROP_REASONS:  # each shows at 0 from the start: an alert on it needs the series
+            self.trace_spans_dropped.labels(reason)
+
+    def trace_export(self, outcome: str, spans: int) -> None:
+        """What became of `spans` spans (the export process reports it as it happens)."""
+        if outcome == "exported":
+            self.trace_spans_exported.inc(spans)
+        else:
+            self.trace_spans_dropped.labels(outcome).inc(spans)
 
     def serve(self, host: str, port: int, token_sha256: bytes | None = None) -> int:
         """Starts the /metrics HTTP endpoint on its own thread; returns the bound port. With `token_sha256`

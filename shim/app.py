@@ -80,7 +80,7 @@ def create_app(settings: ShimSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        upstream = open_upstream(settings)
+        upstream = open_upstream(settings, trace_context=tracing.enabled)
         app.state.upstream = upstream
         try:
             yield

@@ -97,7 +97,7 @@ class ShimSettings:
     )
     otlp_endpoint: str | None = setting(
         None, help="OpenTelemetry collector (OTLP/gRPC, host:port or http(s)://host:port) traces are sent to",
-        shown="no tracing",
+        shown="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing",
     )  # fmt: skip
     otlp_sampling_ratio: float = setting(
         1.0, help="fraction of traces begun here (no traceparent came) that are sampled"

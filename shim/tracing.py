@@ -3,7 +3,8 @@ W3C `traceparent` or starts a trace, is the current span while the request is se
 channel's interceptors send it on as the gRPC calls' parent, shim/upstream/forwarding.py), and ends when
 the response, an SSE stream included, has ended. Probes (health, /metrics) are not traced.
 
-Added only with `--otlp-endpoint`: a shim without tracing has no such middleware at all."""
+Added only with tracing on (`--otlp-endpoint`, or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT): a shim without
+tracing has no such middleware at all."""
 
 from __future__ import annotations
 

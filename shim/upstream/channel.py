@@ -35,8 +35,9 @@ class Upstream:
         await self.channel.close(grace=None)
 
 
-def open_upstream(settings: ShimSettings) -> Upstream:
-    """Opens the channel; it connects lazily, so a down server fails calls, not start-up."""
+def open_upstream(settings: ShimSettings, *, trace_context: bool = False) -> Upstream:
+    """Opens the channel; it connects lazily, so a down server fails calls, not start-up. With
+    `trace_context` (tracing on: the flag or OTEL_EXPORTER_OTLP_*) calls carry the shim's span."""
     credentials = None
     if settings.upstream_ca is not None:
         credentials = tls_credentials(
@@ -44,9 +45,7 @@ def open_upstream(settings: ShimSettings) -> Upstream:
         )
     # With --auth-keys each call carries the token of the request it serves (interceptors cost ~20 us a call,
     # so a shim without keys adds none).
-    interceptors = forwarding_interceptors(
-        token=settings.auth_keys is not None, trace_context=settings.otlp_endpoint is not None
-    )
+    interceptors = forwarding_interceptors(token=settings.auth_keys is not None, trace_context=trace_context)
     channel = open_aio_channel(
         settings.upstream, channel_settings(settings), credentials, interceptors or None
     )

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +86,13 @@ def _entry(module: str, fd_limit: int | None) -> list[str]:
 FRONTENDS = os.environ.get("SLUICE_TEST_FRONTENDS")
 
 
-def _spawn_server(flags: tuple[str, ...], fd_limit: int | None) -> ServerProcess:
+def _spawn_server(
+    flags: tuple[str, ...], fd_limit: int | None, env: Mapping[str, str] | None = None
+) -> ServerProcess:
     base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
     if FRONTENDS and "--frontends" not in flags:
         base += ["--frontends", FRONTENDS]
-    return ServerProcess([*base, *flags], entry=_entry("server", fd_limit), **_options("server"))
+    return ServerProcess([*base, *flags], entry=_entry("server", fd_limit), env=env, **_options("server"))
 
 
 def _await_server(server: ServerProcess, wait_ready: bool) -> ServerProcess:
@@ -99,10 +102,12 @@ def _await_server(server: ServerProcess, wait_ready: bool) -> ServerProcess:
     return server
 
 
-def start_server(*flags: str, wait_ready: bool = True, fd_limit: int | None = None) -> ServerProcess:
-    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE;
-    with SLUICE_TEST_FRONTENDS=N set, behind N front ends (docs/frontends.md)."""
-    return _await_server(_spawn_server(flags, fd_limit), wait_ready)
+def start_server(
+    *flags: str, wait_ready: bool = True, fd_limit: int | None = None, env: Mapping[str, str] | None = None
+) -> ServerProcess:
+    """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE; `env` adds
+    to the environment; with SLUICE_TEST_FRONTENDS=N set, behind N front ends (docs/frontends.md)."""
+    return _await_server(_spawn_server(flags, fd_limit, env), wait_ready)
 
 
 def start_servers(count: int, *flags: str) -> list[ServerProcess]:
@@ -122,11 +127,14 @@ class ShimProcess(ShimChild, Process):
     pass
 
 
-def start_shim(upstream: str, *flags: str, fd_limit: int | None = None) -> ShimProcess:
-    """`python -m shim` in front of `upstream` on port 0; `fd_limit` as for start_server."""
+def start_shim(
+    upstream: str, *flags: str, fd_limit: int | None = None, env: Mapping[str, str] | None = None
+) -> ShimProcess:
+    """`python -m shim` in front of `upstream` on port 0; `fd_limit` and `env` as for start_server."""
     shim = ShimProcess(
         ["--upstream", upstream, "--host", "127.0.0.1", "--port", "0", *flags],
         entry=_entry("shim", fd_limit),
+        env=env,
         **_options("shim"),
     )
     shim.wait_listening(START_TIMEOUT_S, rescan=True)

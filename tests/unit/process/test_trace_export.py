@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 
+from process.otlp_target import CollectorTarget
 from process.trace_export import SpanRecords
 from tests.support.otlp import otlp_receiver
 
@@ -15,7 +16,7 @@ def test_the_export_process_exits_when_its_pipe_closes_with_no_collector() -> No
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]
-    records = SpanRecords(f"127.0.0.1:{closed}", sampling_ratio=1.0, service="test")
+    records = SpanRecords(CollectorTarget(f"127.0.0.1:{closed}", False), sampling_ratio=1.0, service="test")
     for i in range(100):
         records.add(("svc/Infer", "", "", 1, i, i + 1, {"rpc.method": "svc/Infer"}, None, [], []))
     started = time.monotonic()
@@ -26,7 +27,7 @@ def test_the_export_process_exits_when_its_pipe_closes_with_no_collector() -> No
 def test_the_export_process_sends_every_record_to_the_collector() -> None:
     records_n = 5000  # more than one request's worth
     with otlp_receiver() as receiver:
-        records = SpanRecords(receiver.endpoint, sampling_ratio=1.0, service="test")
+        records = SpanRecords(CollectorTarget(receiver.address, False), sampling_ratio=1.0, service="test")
         for i in range(records_n):
             name = "svc/last" if i == records_n - 1 else "svc/Infer"
             records.add((name, "", "", 1, i, i + 1, {"rpc.method": "svc/Infer", "i": i}, None, [], []))
