@@ -159,7 +159,10 @@ def gather_64(batch: Batch) -> Callable[[], Tensor]:
     return gather_keys(Paged.of(batch, 64))
 
 
-def cases(quick: bool) -> list[tuple[str, Batch, list[tuple[str, Callable[[Batch], Callable[[], Tensor]]]]]]:
+Build = Callable[[Batch], Callable[[], Tensor]]
+
+
+def cases(quick: bool) -> list[tuple[str, Batch, list[tuple[str, Build]]]]:
     rng = np.random.default_rng(19)
     # Log-normal lengths with a mean near 636 (the table's), clipped to the benchmark's context.
     skewed = [int(n) for n in np.clip(rng.lognormal(6.36, 0.7, 32), 16, 4000)]
@@ -167,7 +170,10 @@ def cases(quick: bool) -> list[tuple[str, Batch, list[tuple[str, Callable[[Batch
         (f"paged blocks of {b}, split-softmax", lambda batch, b=b: split_softmax(batch, Paged.of(batch, b)))
         for b in ((64,) if quick else (16, 64, 128))
     ]
-    equal = [("batched strided view (equal strides)", strided), ("one SDPA per sequence", per_sequence)]
+    equal: list[tuple[str, Build]] = [
+        ("batched strided view (equal strides)", strided),
+        ("one SDPA per sequence", per_sequence),
+    ]
     equal.append(("paged blocks of 64, split-softmax", lambda b: split_softmax(b, Paged.of(b, 64))))
     return [
         (

@@ -101,7 +101,8 @@ def main() -> None:
         for name, vocabulary in vocabularies:
             runs = [measure(vocabulary, repeat=r, tokens=args.tokens) for r in range(repeats)]
             masks = [us for run in runs for us in run[3]]
-            build, cold, cached = (Spread.of([run[i] for run in runs]) for i in range(3))
+            build, cold, cached = (Spread.of([run[0] for run in runs]), Spread.of([run[1] for run in runs]),
+                                   Spread.of([run[2] for run in runs]))  # fmt: skip
             print(
                 f"| {name} | {build.format(2)} ms | {cold.format(2)} ms | {cached.format(3)} ms | "
                 f"{percentile(masks, 50):.0f} / {percentile(masks, 90):.0f} us |"

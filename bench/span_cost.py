@@ -73,7 +73,7 @@ def sdk_spans() -> tuple[Callable[[], None], Any]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("sluice")
     parent = TraceContextTextMapPropagator().extract({"traceparent": PARENT})
-    attributes = {
+    attributes: dict[str, Any] = {
         "rpc.system.name": "grpc",
         "rpc.method": NAME,
         "rpc.response.status_code": "OK",
@@ -93,7 +93,7 @@ def sdk_spans() -> tuple[Callable[[], None], Any]:
     return call, exporter
 
 
-def timed(call: Callable[[], None], calls: int) -> float:
+def timed(call: Callable[[], object], calls: int) -> float:
     """Microseconds of this thread's CPU per call."""
     started = time.thread_time()
     for _ in range(calls):
@@ -116,11 +116,11 @@ def main() -> None:
         record, kept = records(calls)
         loop.append(timed(record, calls))
         frames = iter([marshal.dumps(r) for r in kept])  # as the flusher writes them to the pipe
-        export.append(timed(lambda f=frames: encoder.request(encoder.spans([marshal.loads(next(f))])), calls))
+        export.append(timed(lambda: encoder.request(encoder.spans([marshal.loads(next(frames))])), calls))  # noqa: B023
         span, exporter = sdk_spans()
         sdk.append(timed(span, calls))
         ended = iter(exporter.get_finished_spans())
-        sdk_export.append(timed(lambda e=ended: encode_spans([next(e)]).SerializeToString(), calls))
+        sdk_export.append(timed(lambda: encode_spans([next(ended)]).SerializeToString(), calls))  # noqa: B023
     print(f"CPU: {cpu_model()}; {repeats} repeats of {calls:,} Infer calls")
     print("us of CPU per call, median [min-max]\n")
     print("| where | Sluice | with the OpenTelemetry SDK |\n|---|---|---|")
