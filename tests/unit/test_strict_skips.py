@@ -4,8 +4,11 @@ run (pytester) with the plugin tests/conftest.py loads."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.support.processes import ROOT
 from tests.support.skips import HARDWARE, refusal, skip_reason, strict
 
 pytest_plugins = ("pytester",)
@@ -45,6 +48,8 @@ def test_plain():
 def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     for name in ("CI", "SLUICE_STRICT_SKIPS"):
         monkeypatch.delenv(name, raising=False)
+    # The inner run starts in a temporary folder: the repository must be on its path to load the plugin.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     pytester.makeini("[pytest]\nmarkers =\n    cuda: needs a CUDA device\n")
     absent = "import pytest\npytest.importorskip('sluice_absent_pkg')\n"
     pytester.makepyfile(test_tools=MODULE, test_no_package=absent)
