@@ -10,15 +10,4 @@ pip_args=(--disable-pip-version-check --quiet)
 quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
 quiet .venv/bin/python -m pip install "${pip_args[@]}" -r requirements.lock
 quiet .venv/bin/python -m pip install "${pip_args[@]}" --no-deps --no-build-isolation -e .
-# Debian tools the tests drive: h2load (nghttp2-client) and headless Chromium for the browser tests. Installed
-# where this runs as root with apt (CI, a fresh machine of this kind); elsewhere those tests skip.
-debs=()
-command -v h2load >/dev/null 2>&1 || debs+=(nghttp2-client)
-command -v chromium >/dev/null 2>&1 || debs+=(chromium)
-command -v promtool >/dev/null 2>&1 || debs+=(prometheus)  # promtool checks deploy/prometheus/'s rules
-if [ "${#debs[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debs[@]}" >/dev/null
-fi
-if command -v npm >/dev/null 2>&1 && [ -f clients/node/package-lock.json ]; then
-  (cd clients/node && npm ci --silent --no-audit --no-fund)
-fi
+# The programs the tests drive (h2load, Chromium, promtool, Node) are `make test`'s: scripts/setup_test_tools.sh.

@@ -132,8 +132,8 @@ def run_step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepRe
 
 # Where the model thread's step calls torch from Python, an op releases the GIL and takes it back after,
 # waiting while the event loop holds it (up to the switch interval): the fast paths below save such calls
-# in the common step (every row decoding on from the step before; all greedy): a batch-8 Llama step beside
-# a thread that holds the GIL took 15.2 -> 13.8 ms (medians of 3 and 5 runs; alone, 8.5-9.6 ms either way).
+# in the common step (every row decoding on from the step before; all greedy). `bench.step_gil` times a
+# batch-8 Llama step on the fast and the general path, alone and beside a thread that holds the GIL.
 
 
 def _inputs(plan: StepPlan, chain: StepChain, device: torch.device) -> torch.Tensor:

@@ -18,7 +18,7 @@ from tests.support.processes import ROOT, ServerProcess
 NODE_DIR = ROOT / "clients" / "node"
 pytestmark = pytest.mark.skipif(
     shutil.which("node") is None or not (NODE_DIR / "node_modules").is_dir(),
-    reason="node or clients/node/node_modules missing (scripts/setup.sh runs npm ci)",
+    reason="node or clients/node/node_modules missing (make test-tools runs npm ci)",
 )
 
 

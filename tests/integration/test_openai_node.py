@@ -17,7 +17,7 @@ NODE_MODULES = ROOT / "clients" / "node" / "node_modules"
 SCRIPT = ROOT / "tests" / "integration" / "node" / "openai_chat_stream.js"
 pytestmark = pytest.mark.skipif(
     shutil.which("node") is None or not (NODE_MODULES / "openai").is_dir(),
-    reason="node or the openai npm package missing (scripts/setup.sh runs npm ci in clients/node)",
+    reason="node or the openai npm package missing (make test-tools runs npm ci in clients/node)",
 )
 
 

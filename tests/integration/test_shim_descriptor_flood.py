@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.support.processes import ServerProcess, ShimProcess, start_shim, wait_until
+from tests.support.skips import skip_for_hardware
 
 FD_LIMIT = 1024
 # The flood holds more connections than the shim's whole descriptor limit, and keeps opening new ones.
@@ -47,7 +48,7 @@ def own_descriptors() -> Iterator[None]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = FLOOD_HELD + 512
     if hard != resource.RLIM_INFINITY and hard < wanted:
-        pytest.skip(f"the flood needs {wanted} descriptors in the test process; the hard limit is {hard}")
+        skip_for_hardware(f"the flood needs {wanted} descriptors in the test process; the hard limit: {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
     try:
         yield

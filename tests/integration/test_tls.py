@@ -198,7 +198,7 @@ def test_the_node_client_calls_an_mtls_server(pki: Pki) -> None:
     from tests.integration.test_node_client import NODE_DIR
 
     if shutil.which("node") is None or not (NODE_DIR / "node_modules").is_dir():
-        pytest.skip("node or clients/node/node_modules missing (scripts/setup.sh runs npm ci)")
+        pytest.skip("node or clients/node/node_modules missing (make test-tools runs npm ci)")
     tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--tls-client-ca", str(pki.ca)]
     server = start_server("--models", "mlp", *tls)
     try:

@@ -1,6 +1,7 @@
 """clients/node/cli.js over the wire against the scripted server, parsed as JSON lines.
 
-Skipped where Node or the client's node_modules (installed by scripts/setup.sh) are missing.
+Skipped where Node or the client's node_modules (installed by `make test-tools`) are missing; under
+`make test` that fails.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ NODE = shutil.which("node")
 
 pytestmark = pytest.mark.skipif(
     NODE is None or not (NODE_CLIENT / "node_modules" / "@grpc" / "grpc-js").is_dir(),
-    reason="needs node and `npm ci` in clients/node",
+    reason="needs node and `npm ci` in clients/node (make test-tools)",
 )
 
 

@@ -16,6 +16,7 @@ from shim.app import create_app
 from shim.config import ShimSettings
 from shim.connections import ShimProtocol
 from shim.serving import ACCEPT_BURST, bind_socket, server_config
+from tests.support.skips import hardware_mark, skip_for_hardware
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -49,12 +50,12 @@ async def test_accepted_connections_have_tcp_nodelay() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6")
+@hardware_mark(not socket.has_ipv6, "no IPv6")
 async def test_an_ipv6_listener_too() -> None:
     try:
         listener = bind_socket("::1", 0)
     except OSError:
-        pytest.skip("no IPv6 loopback here")
+        skip_for_hardware("no IPv6 loopback here")
     assert listener.family == socket.AF_INET6
     assert await _server_side_nodelay(listener) != 0
 
