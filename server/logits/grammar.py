@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import llguidance
 from llguidance.gbnf_to_lark import any_to_lark
 
+from server.closed_objects import close_objects
 from server.errors import InvalidArgument, LimitExceeded
 from server.logits.vocab import grammar_tokenizer
 from server.runtimes.base import GenerativeModel
@@ -101,7 +102,8 @@ def to_grammar(constraint: Constraint) -> str:
             schema = json.loads(constraint.text)
             if not isinstance(schema, dict | bool):
                 raise InvalidArgument("a JSON schema is an object or a boolean", field=field)
-            return str(llguidance.LLMatcher.grammar_from_json_schema(constraint.text, JSON_FORMAT))
+            closed = json.dumps(close_objects(schema))
+            return str(llguidance.LLMatcher.grammar_from_json_schema(closed, JSON_FORMAT))
         if constraint.kind == "json_object":
             return str(llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', JSON_FORMAT))
         if constraint.kind == "regex":

@@ -1,12 +1,13 @@
 """The constraint that enforces a required or named tool call: one or more calls (one where parallel
 calls are off) in the tool-call format, each naming a declared function with arguments valid against its
-schema (llguidance's Lark with an inline JSON schema)."""
+schema, objects closed (server/closed_objects.py; llguidance's Lark with an inline JSON schema)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 
+from server.closed_objects import close_objects
 from server.tools.format import CLOSE, OPEN, parameters
 from wire.constraint import Constraint, Tool, ToolChoice
 
@@ -17,7 +18,7 @@ def call_schema(tools: Sequence[Tool]) -> dict[str, object]:
         "anyOf": [
             {
                 "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": parameters(t)},
+                "properties": {"name": {"const": t.name}, "arguments": close_objects(parameters(t))},
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }
