@@ -91,18 +91,25 @@ class Constraint:
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A function the model may call; `parameters_json` is its arguments' JSON Schema ("" for any)."""
+    """A function the model may call; `parameters_json` is its arguments' JSON Schema ("" for any);
+    `strict`: a call of it always has valid arguments, in every tool choice mode (OpenAI's strict)."""
 
     name: str
     description: str = ""
     parameters_json: str = ""
+    strict: bool = False
 
     def to_proto(self) -> pb.Tool:
-        return pb.Tool(name=self.name, description=self.description, parameters_json=self.parameters_json)
+        return pb.Tool(
+            name=self.name,
+            description=self.description,
+            parameters_json=self.parameters_json,
+            strict=self.strict,
+        )
 
     @classmethod
     def from_proto(cls, message: pb.Tool) -> Tool:
-        return cls(message.name, message.description, message.parameters_json)
+        return cls(message.name, message.description, message.parameters_json, message.strict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,7 @@ function buildTools(request, opts) {
       name: t.name,
       description: t.description ?? '',
       parameters_json: t.parameters ? JSON.stringify(t.parameters) : '',
+      strict: Boolean(t.strict),
     }));
   }
   if (opts.toolChoice) {
@@ -223,7 +224,7 @@ function createClient(target, { timeoutMs = 30_000, credentials } = {}) {
      * `prompt`: text, token ids, or chat messages ({ role, content, toolCalls, toolCallId, name }).
      * Options: every SamplingParams field in camelCase (maxTokens, temperature, topP, topK, seed, stop,
      * minTokens, ignoreEos, presencePenalty, frequencyPenalty, repetitionPenalty, logitBias, stopTokenIds),
-     * constraint, tools ({ name, description, parameters }), toolChoice ('none' | 'auto' | 'required' |
+     * constraint, tools ({ name, description, parameters, strict }), toolChoice ('none' | 'auto' | 'required' |
      * { function }), parallelToolCalls, priority, requestId, timeoutMs.
      */
     generate(model, prompt, opts = {}) {

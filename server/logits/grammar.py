@@ -71,7 +71,8 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def _check_size(constraint: Constraint) -> None:
+def check_size(constraint: Constraint) -> None:
+    """Refuses a constraint whose text, choices or nesting are over the limits (nothing is compiled)."""
     field = _FIELD[constraint.kind]
     size = len(constraint.text) + sum(len(o) for o in constraint.options)
     if size > MAX_CONSTRAINT_CHARS:
@@ -134,7 +135,7 @@ class GrammarCompiler:
             raise InvalidArgument(
                 "this model has no end-of-sequence token, so a constraint could never end", field="constraint"
             )
-        _check_size(constraint)
+        check_size(constraint)
 
     def cached(self, constraint: Constraint) -> llguidance.LLMatcher | None:
         """A copy of the cached template (about 0.1 ms: fine on the event loop), or None."""

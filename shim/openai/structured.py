@@ -172,6 +172,7 @@ def tools_of(tools: list[ToolParam] | None) -> tuple[Tool, ...]:
             t.function.name,
             t.function.description or "",
             json.dumps(t.function.parameters) if t.function.parameters is not None else "",
+            strict=bool(t.function.strict),
         )
         for t in tools or ()
     )

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.support.processes import ShimProcess
+from tests.support.hf_models import save_with_tokenizer
+from tests.support.processes import ShimProcess, start_server, start_shim
 
 LAKE = {"type": "object", "properties": {"lake": {"type": "string", "maxLength": 12}}, "required": ["lake"]}
 ANOTHER_KEY = re.compile(r'\{"lake": "(?:[^"\\]|\\.)*", "')  # the lake, then a key of the model's own
@@ -69,3 +70,100 @@ def test_additional_properties_true_lets_other_keys_in(sdk: openai.OpenAI) -> No
         )  # fmt: skip
         contents.append(answer.choices[0].message.content or "")
     assert any(ANOTHER_KEY.match(content) for content in contents), contents
+
+
+CLOCK_PARAMETERS = {
+    "type": "object",
+    "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}},
+    "required": ["zone"],
+}
+TIME = [{"role": "user", "content": "What time is it?"}]
+
+
+def clock_tool(*, strict: bool | None) -> dict[str, object]:
+    function: dict[str, object] = {"name": "get_time", "parameters": CLOCK_PARAMETERS}
+    if strict is not None:
+        function["strict"] = strict
+    return {"type": "function", "function": function}
+
+
+def writes(arguments: str) -> dict[str, object]:
+    """A regex that stands in for a model that knows the call format and writes these arguments."""
+    call = f'<tool_call>\n{{"name": "get_time", "arguments": {arguments}}}\n</tool_call>'
+    return {"guided_regex": re.escape("On it. " + call)}
+
+
+@pytest.mark.parametrize("strict", [True, False, None])
+def test_auto_reports_a_strict_call_only_when_its_arguments_are_valid(
+    sdk: openai.OpenAI, strict: bool | None
+) -> None:
+    """Issue 36 item 3: `auto` under the caller's own constraint (no tool grammar can apply): a strict
+    function's call whose arguments break its schema is text, not a call; a valid one is a call."""
+    for arguments, valid in (('{"zone": "three"}', False), ('{"zone": 3, "city": "Oslo"}', False),
+                             ('{"zone": 3}', True)):  # fmt: skip
+        answer = sdk.chat.completions.create(
+            model="byte-lm", messages=TIME, tools=[clock_tool(strict=strict)], tool_choice="auto",  # type: ignore[list-item]
+            max_tokens=120, extra_body=writes(arguments),
+        )  # fmt: skip
+        choice = answer.choices[0]
+        reported = valid or not strict  # without strict an unchecked call is reported, as OpenAI may
+        assert (choice.finish_reason == "tool_calls") is reported, (arguments, choice)
+        if reported:
+            (call,) = choice.message.tool_calls or []
+            assert json.loads(call.function.arguments) == json.loads(arguments)
+            assert choice.message.content == "On it. "
+        else:
+            assert not choice.message.tool_calls and "get_time" in (choice.message.content or "")
+
+
+def test_a_strict_function_whose_schema_cannot_be_enforced_is_refused(sdk: openai.OpenAI) -> None:
+    tags = {"type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}}
+    function = {"name": "tag", "parameters": tags, "strict": True}
+    for tool_choice in ("auto", "required"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.chat.completions.create(
+                model="byte-lm", messages=ASK, tools=[{"type": "function", "function": function}],  # type: ignore[list-item]
+                tool_choice=tool_choice, max_tokens=8,  # type: ignore[arg-type]
+            )  # fmt: skip
+        error = refused.value.body
+        assert isinstance(error, dict) and error["param"] == "tools", error
+        assert "uniqueItems" in error["message"] and "strict" in error["message"], error
+
+
+@pytest.fixture(scope="module")
+def tool_token_shim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A BPE Llama whose vocabulary has the call tag as one token, so logit_bias can make it open a call:
+    the byte LM never writes the tag by chance. Yields the shim's URL and the tag's token id."""
+    import transformers
+
+    path = save_with_tokenizer(
+        tmp_path_factory.mktemp("tag-llama"), added_tokens=["<tool_call>"], max_position_embeddings=1024
+    )
+    tag = transformers.AutoTokenizer.from_pretrained(path).convert_tokens_to_ids("<tool_call>")
+    server = start_server("--models", "llama", "--hf-models", f"llama={path}")
+    try:
+        shim = start_shim(server.target)
+        try:
+            yield shim.url, int(tag)
+        finally:
+            shim.terminate()
+    finally:
+        assert server.terminate() == 0, server.diagnostics()
+
+
+def test_auto_constrains_a_strict_call_once_the_model_opens_it(tool_token_shim: tuple[str, int]) -> None:
+    """Issue 36 item 3: `auto` with a strict function and no constraint of the caller's: the text is free,
+    and once the model writes the call tag the tool grammar takes over, so a model that opens a call
+    makes a valid one. On 6c0ff0d this model wrote the tag and then bytes that parsed as no call."""
+    url, tag = tool_token_shim
+    with openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
+        for seed in SEEDS:
+            answer = client.chat.completions.create(
+                model="llama", messages=TIME, tools=[clock_tool(strict=True)], tool_choice="auto",  # type: ignore[list-item]
+                parallel_tool_calls=False, seed=seed, max_tokens=200, logit_bias={str(tag): 100},
+            )  # fmt: skip
+            choice = answer.choices[0]
+            assert choice.finish_reason == "tool_calls", (seed, choice)
+            (call,) = choice.message.tool_calls or []
+            arguments = json.loads(call.function.arguments)
+            assert set(arguments) == {"zone"} and -12 <= arguments["zone"] <= 14, (seed, arguments)
