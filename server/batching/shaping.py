@@ -12,7 +12,7 @@ import llguidance
 
 from server.batching.sequence import GenSequence
 from server.domain import GenerateSpec
-from server.errors import InvalidArgument
+from server.errors import InvalidArgument, clip
 from server.logits.grammar import GrammarCompiler
 from server.logits.schema_check import SchemaCheck
 from server.logits.state import RowState
@@ -33,7 +33,7 @@ def effective_constraint(spec: GenerateSpec) -> Constraint | None:
 
 
 def _strict_schemas(spec: GenerateSpec) -> list[tuple[int, str]]:
-    """(index, schema) of each strict function a call may be made to, its objects closed as compiled."""
+    """(index, schema text) of each strict function a call may be made to."""
     if spec.tool_choice.mode == "none":
         return []
     return [(i, json.dumps(parameters(t))) for i, t in enumerate(spec.tools) if t.strict]
@@ -52,8 +52,11 @@ class OutputShaping:
             try:
                 self.schemas.template(schema)
             except InvalidArgument as error:
-                message = error.message.replace("json_schema", f"parameters of strict function {index}")
-                raise InvalidArgument(message, field=f"tools[{index}].parameters_json") from None
+                raise InvalidArgument(
+                    f"function {clip(spec.tools[index].name)!r} is strict, but its parameters cannot be "
+                    f"enforced ({error.message})",
+                    field=f"tools[{index}].parameters_json",
+                ) from None
 
     async def prepare(self, spec: GenerateSpec) -> llguidance.LLMatcher | None:
         """The request's matcher, compiled on a thread (or copied from the cache); size limits are checked

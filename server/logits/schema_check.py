@@ -19,7 +19,7 @@ CACHE_ENTRIES = 256
 _EOS = 256
 
 
-class _Bytes(llguidance.TokenizerWrapper):
+class ByteVocabulary(llguidance.TokenizerWrapper):
     """A vocabulary of the 256 bytes and an end token: a value's UTF-8 is its tokens."""
 
     def __init__(self) -> None:
@@ -51,7 +51,7 @@ class SchemaCheck:
                 self._cache.move_to_end(schema_json)
                 return cached
             if self._tokenizer is None:
-                self._tokenizer = llguidance.LLTokenizer(_Bytes(), n_vocab=_EOS + 1)
+                self._tokenizer = llguidance.LLTokenizer(ByteVocabulary(), n_vocab=_EOS + 1)
             tokenizer = self._tokenizer
         constraint = Constraint.json_schema(schema_json)
         check_size(constraint)
