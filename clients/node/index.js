@@ -84,11 +84,12 @@ function decodeChunk(msg) {
   };
 }
 
-// What the output must be (the proto's Constraint): { jsonSchema: object | string } | { jsonObject: true } |
-// { regex } | { choice: [strings] } | { grammar, syntax: 'lark' | 'gbnf' }.
+// What the output must be (the proto's Constraint): { jsonSchema: object | string, lenient? } |
+// { jsonObject: true } | { regex } | { choice: [strings] } | { grammar, syntax: 'lark' | 'gbnf' }.
 function buildConstraint(c) {
   if (c.jsonSchema !== undefined) {
-    return { json_schema: typeof c.jsonSchema === 'string' ? c.jsonSchema : JSON.stringify(c.jsonSchema) };
+    const schema = typeof c.jsonSchema === 'string' ? c.jsonSchema : JSON.stringify(c.jsonSchema);
+    return { json_schema: schema, lenient: Boolean(c.lenient) };
   }
   if (c.jsonObject) return { json_object: {} };
   if (c.regex !== undefined) return { regex: c.regex };

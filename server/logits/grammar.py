@@ -104,7 +104,8 @@ def to_grammar(constraint: Constraint) -> str:
             if not isinstance(schema, dict | bool):
                 raise InvalidArgument("a JSON schema is an object or a boolean", field=field)
             closed = json.dumps(close_objects(schema))
-            return str(llguidance.LLMatcher.grammar_from_json_schema(closed, JSON_FORMAT))
+            json_options: JsonCompileOptions = {**JSON_FORMAT, "lenient": constraint.lenient}
+            return str(llguidance.LLMatcher.grammar_from_json_schema(closed, json_options))
         if constraint.kind == "json_object":
             return str(llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', JSON_FORMAT))
         if constraint.kind == "regex":

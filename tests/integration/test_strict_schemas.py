@@ -72,6 +72,35 @@ def test_additional_properties_true_lets_other_keys_in(sdk: openai.OpenAI) -> No
     assert any(ANOTHER_KEY.match(content) for content in contents), contents
 
 
+def test_response_format_strict_refuses_what_cannot_be_enforced_and_not_strict_ignores_it(
+    sdk: openai.OpenAI,
+) -> None:
+    """Issue 36 item 3: `strict: true` is OpenAI's guarantee, so a keyword the engine cannot enforce is
+    refused naming it; without strict (OpenAI then takes any schema and tries) it is ignored and every
+    other keyword still holds. On 6c0ff0d both were refused alike."""
+    tags = {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3, "uniqueItems": True}
+    for strict in (False, None):
+        spec: dict[str, object] = {"name": "tags", "schema": tags}
+        if strict is not None:
+            spec["strict"] = strict
+        for seed in SEEDS:
+            answer = sdk.chat.completions.create(
+                model="byte-lm", messages=ASK, seed=seed, max_tokens=40,
+                response_format={"type": "json_schema", "json_schema": spec},  # type: ignore[typeddict-item]
+            )  # fmt: skip
+            value = json.loads(answer.choices[0].message.content or "")
+            assert isinstance(value, list) and len(value) <= 3 and set(value) <= {"a", "b"}, value
+    strict_tags = {"name": "tags", "schema": tags, "strict": True}
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.chat.completions.create(
+            model="byte-lm", messages=ASK, max_tokens=40,
+            response_format={"type": "json_schema", "json_schema": strict_tags},  # type: ignore[typeddict-item]
+        )  # fmt: skip
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "response_format", error
+    assert "uniqueItems" in error["message"], error
+
+
 CLOCK_PARAMETERS = {
     "type": "object",
     "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}},
