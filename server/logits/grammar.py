@@ -49,7 +49,7 @@ _FIELD = {
 }
 
 
-def _json_depth(text: str) -> int:
+def json_depth(text: str) -> int:
     """The deepest nesting of objects and arrays, scanned without recursion (json.loads would recurse)."""
     depth = deepest = 0
     in_string = escaped = False
@@ -87,7 +87,7 @@ def check_size(constraint: Constraint) -> None:
             field=field,
             metadata={"max_choices": MAX_CHOICES},
         )
-    if constraint.kind == "json_schema" and _json_depth(constraint.text) > MAX_JSON_DEPTH:
+    if constraint.kind == "json_schema" and json_depth(constraint.text) > MAX_JSON_DEPTH:
         raise LimitExceeded(
             f"the schema nests deeper than {MAX_JSON_DEPTH} levels",
             field=field,

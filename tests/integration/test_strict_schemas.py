@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from clients import ChatMessage, InvalidArgumentError, SluiceClient, Tool, ToolChoice
 from tests.support.hf_models import save_with_tokenizer
-from tests.support.processes import ShimProcess, start_server, start_shim
+from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 LAKE = {"type": "object", "properties": {"lake": {"type": "string", "maxLength": 12}}, "required": ["lake"]}
 ANOTHER_KEY = re.compile(r'\{"lake": "(?:[^"\\]|\\.)*", "')  # the lake, then a key of the model's own
@@ -196,3 +197,20 @@ def test_auto_constrains_a_strict_call_once_the_model_opens_it(tool_token_shim: 
             (call,) = choice.message.tool_calls or []
             arguments = json.loads(call.function.arguments)
             assert set(arguments) == {"zone"} and -12 <= arguments["zone"] <= 14, (seed, arguments)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_a_tool_schema_that_is_no_json_is_refused_naming_it(
+    server: ServerProcess, strict: bool, mode: str
+) -> None:
+    """Hostile tool schemas are INVALID_ARGUMENT naming the field, in every mode; on 6c0ff0d they ended
+    UNKNOWN (json.loads raised inside the handler)."""
+    with SluiceClient(server.target) as client:
+        for parameters in ("not json", "[" * 5000, "{" * 20000):
+            tool = Tool("f", "", parameters, strict=strict)
+            with pytest.raises(InvalidArgumentError) as refused:
+                list(client.generate("byte-lm", [ChatMessage("user", "hi")], tools=[tool],
+                                     tool_choice=ToolChoice(mode), max_tokens=4))  # type: ignore[arg-type]  # fmt: skip
+            fields = [field for field, _ in refused.value.field_violations]
+            assert fields == ["tools[0].parameters_json"], refused.value
