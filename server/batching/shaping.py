@@ -51,11 +51,12 @@ class OutputShaping:
         for index, schema in _strict_schemas(spec):
             try:
                 self.schemas.template(schema)
-            except InvalidArgument as error:
-                raise InvalidArgument(
+            except InvalidArgument as error:  # or LimitExceeded, kept as it is: only the field changes
+                raise type(error)(
                     f"function {clip(spec.tools[index].name)!r} is strict, but its parameters cannot be "
                     f"enforced ({error.message})",
                     field=f"tools[{index}].parameters_json",
+                    metadata={k: v for k, v in error.metadata.items() if k != "field"},
                 ) from None
 
     async def prepare(self, spec: GenerateSpec) -> llguidance.LLMatcher | None:

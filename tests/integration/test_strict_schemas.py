@@ -214,3 +214,16 @@ def test_a_tool_schema_that_is_no_json_is_refused_naming_it(
                                      tool_choice=ToolChoice(mode), max_tokens=4))  # type: ignore[arg-type]  # fmt: skip
             fields = [field for field, _ in refused.value.field_violations]
             assert fields == ["tools[0].parameters_json"], refused.value
+
+
+def test_ignore_eos_is_refused_where_the_strict_tool_grammar_decides_the_end(server: ServerProcess) -> None:
+    clock = Tool("get_time", "", json.dumps(CLOCK_PARAMETERS), strict=True)
+    with SluiceClient(server.target) as client:
+        with pytest.raises(InvalidArgumentError) as refused:
+            list(client.generate("byte-lm", [ChatMessage("user", "hi")], tools=[clock], ignore_eos=True,
+                                 max_tokens=4))  # fmt: skip
+        assert [field for field, _ in refused.value.field_violations] == ["sampling.ignore_eos"]
+        loose = Tool("get_time", "", json.dumps(CLOCK_PARAMETERS))  # no grammar: EOS is the model's own
+        chunks = list(client.generate("byte-lm", [ChatMessage("user", "hi")], tools=[loose], ignore_eos=True,
+                                      max_tokens=4))  # fmt: skip
+        assert chunks[-1].finish_reason == "length"
