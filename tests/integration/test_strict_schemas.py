@@ -208,7 +208,7 @@ def test_a_tool_schema_that_is_no_json_is_refused_naming_it(
     UNKNOWN (json.loads raised inside the handler)."""
     with SluiceClient(server.target) as client:
         for parameters in ("not json", "[" * 5000, "{" * 20000):
-            tool = Tool("f", "", parameters, strict=strict)
+            tool = Tool("f", "", parameters, strict=True) if strict else Tool("f", "", parameters)
             with pytest.raises(InvalidArgumentError) as refused:
                 list(client.generate("byte-lm", [ChatMessage("user", "hi")], tools=[tool],
                                      tool_choice=ToolChoice(mode), max_tokens=4))  # type: ignore[arg-type]  # fmt: skip
