@@ -29,16 +29,18 @@ _MODE_TO_PROTO = {
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """One constraint: `text` is the schema's JSON, the regex or the grammar; `options` the choice's."""
+    """One constraint: `text` is the schema's JSON, the regex or the grammar; `options` the choice's;
+    `lenient`: a schema's keywords that cannot be enforced are ignored, not refused."""
 
     kind: ConstraintKind
     text: str = ""
     options: tuple[str, ...] = ()
     syntax: GrammarSyntax = "lark"
+    lenient: bool = False
 
     @classmethod
-    def json_schema(cls, schema_json: str) -> Constraint:
-        return cls("json_schema", schema_json)
+    def json_schema(cls, schema_json: str, *, lenient: bool = False) -> Constraint:
+        return cls("json_schema", schema_json, lenient=lenient)
 
     @classmethod
     def json_object(cls) -> Constraint:
@@ -58,7 +60,7 @@ class Constraint:
         return cls("grammar", text, syntax=syntax or ("gbnf" if "::=" in text else "lark"))
 
     def to_proto(self) -> pb.Constraint:
-        message = pb.Constraint()
+        message = pb.Constraint(lenient=self.lenient)
         if self.kind == "json_schema":
             message.json_schema = self.text
         elif self.kind == "json_object":
@@ -78,7 +80,7 @@ class Constraint:
         if kind is None:
             return None
         if kind == "json_schema":
-            return cls("json_schema", message.json_schema)
+            return cls("json_schema", message.json_schema, lenient=message.lenient)
         if kind == "json_object":
             return cls("json_object")
         if kind == "regex":
@@ -91,18 +93,25 @@ class Constraint:
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A function the model may call; `parameters_json` is its arguments' JSON Schema ("" for any)."""
+    """A function the model may call; `parameters_json` is its arguments' JSON Schema ("" for any);
+    `strict`: a call of it always has valid arguments, in every tool choice mode (OpenAI's strict)."""
 
     name: str
     description: str = ""
     parameters_json: str = ""
+    strict: bool = False
 
     def to_proto(self) -> pb.Tool:
-        return pb.Tool(name=self.name, description=self.description, parameters_json=self.parameters_json)
+        return pb.Tool(
+            name=self.name,
+            description=self.description,
+            parameters_json=self.parameters_json,
+            strict=self.strict,
+        )
 
     @classmethod
     def from_proto(cls, message: pb.Tool) -> Tool:
-        return cls(message.name, message.description, message.parameters_json)
+        return cls(message.name, message.description, message.parameters_json, message.strict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,11 +84,12 @@ function decodeChunk(msg) {
   };
 }
 
-// What the output must be (the proto's Constraint): { jsonSchema: object | string } | { jsonObject: true } |
-// { regex } | { choice: [strings] } | { grammar, syntax: 'lark' | 'gbnf' }.
+// What the output must be (the proto's Constraint): { jsonSchema: object | string, lenient? } |
+// { jsonObject: true } | { regex } | { choice: [strings] } | { grammar, syntax: 'lark' | 'gbnf' }.
 function buildConstraint(c) {
   if (c.jsonSchema !== undefined) {
-    return { json_schema: typeof c.jsonSchema === 'string' ? c.jsonSchema : JSON.stringify(c.jsonSchema) };
+    const schema = typeof c.jsonSchema === 'string' ? c.jsonSchema : JSON.stringify(c.jsonSchema);
+    return { json_schema: schema, lenient: Boolean(c.lenient) };
   }
   if (c.jsonObject) return { json_object: {} };
   if (c.regex !== undefined) return { regex: c.regex };
@@ -108,6 +109,7 @@ function buildTools(request, opts) {
       name: t.name,
       description: t.description ?? '',
       parameters_json: t.parameters ? JSON.stringify(t.parameters) : '',
+      strict: Boolean(t.strict),
     }));
   }
   if (opts.toolChoice) {
@@ -223,7 +225,7 @@ function createClient(target, { timeoutMs = 30_000, credentials } = {}) {
      * `prompt`: text, token ids, or chat messages ({ role, content, toolCalls, toolCallId, name }).
      * Options: every SamplingParams field in camelCase (maxTokens, temperature, topP, topK, seed, stop,
      * minTokens, ignoreEos, presencePenalty, frequencyPenalty, repetitionPenalty, logitBias, stopTokenIds),
-     * constraint, tools ({ name, description, parameters }), toolChoice ('none' | 'auto' | 'required' |
+     * constraint, tools ({ name, description, parameters, strict }), toolChoice ('none' | 'auto' | 'required' |
      * { function }), parallelToolCalls, priority, requestId, timeoutMs.
      */
     generate(model, prompt, opts = {}) {

@@ -96,7 +96,11 @@ def resolve_request(
             field="sampling.min_tokens",
         )
     _check_token_ids(asked, model.vocab_size)
-    if asked.ignore_eos and (spec.constraint is not None or spec.tool_choice.mode == "required"):
+    # A grammar decides where the output may end: a constraint, a required call, or auto with a strict
+    # function (the tool grammar, where the caller gave no constraint).
+    mode = spec.tool_choice.mode
+    grammar = mode == "required" or (mode == "auto" and any(t.strict for t in spec.tools))
+    if asked.ignore_eos and (spec.constraint is not None or grammar):
         raise InvalidArgument("ignore_eos cannot be combined with a constraint", field="sampling.ignore_eos")
     params = SamplingParams(
         max_tokens=max_tokens,

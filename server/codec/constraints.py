@@ -4,11 +4,13 @@ the model's vocabulary (and its size limits) is the scheduler's (server/constrai
 
 from __future__ import annotations
 
+import json
 import math
 
 from sluice.inference.v1 import inference_pb2 as pb
 
 from server.errors import InvalidArgument, LimitExceeded, clip
+from server.logits.grammar import MAX_JSON_DEPTH, json_depth
 from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 
 MAX_TOOLS = 128  # OpenAI's limit on tools per request
@@ -53,6 +55,7 @@ def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolCho
                 f"a tool's name is 1-{MAX_TOOL_NAME} letters, digits, '_' or '-', got {clip(tool.name)!r}",
                 field=f"tools[{index}].name",
             )
+        _check_parameters(tool, field=f"tools[{index}].parameters_json")
         tools.append(tool)
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
@@ -70,6 +73,21 @@ def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolCho
     if choice.mode == "required" and request.HasField("constraint"):
         raise InvalidArgument("a constraint cannot be combined with a required tool call", field="constraint")
     return tuple(tools), choice
+
+
+def _check_parameters(tool: Tool, *, field: str) -> None:
+    """A tool's schema must be JSON: the prompt shows it and a grammar may embed it."""
+    if not tool.parameters_json:
+        return
+    if json_depth(tool.parameters_json) > MAX_JSON_DEPTH:  # scanned first: json.loads would recurse
+        raise InvalidArgument(
+            f"the parameters of {clip(tool.name)!r} nest deeper than {MAX_JSON_DEPTH} levels", field=field
+        )
+    try:
+        json.loads(tool.parameters_json)
+    except ValueError:
+        message = f"the parameters of {clip(tool.name)!r} are no JSON document"
+        raise InvalidArgument(message, field=field) from None
 
 
 def decode_tool_calls(calls: list[pb.ToolCall], field: str) -> tuple[ToolCall, ...]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import llguidance
 from llguidance.gbnf_to_lark import any_to_lark
 
+from server.closed_objects import close_objects
 from server.errors import InvalidArgument, LimitExceeded
 from server.logits.vocab import grammar_tokenizer
 from server.runtimes.base import GenerativeModel
@@ -48,7 +49,7 @@ _FIELD = {
 }
 
 
-def _json_depth(text: str) -> int:
+def json_depth(text: str) -> int:
     """The deepest nesting of objects and arrays, scanned without recursion (json.loads would recurse)."""
     depth = deepest = 0
     in_string = escaped = False
@@ -70,7 +71,8 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def _check_size(constraint: Constraint) -> None:
+def check_size(constraint: Constraint) -> None:
+    """Refuses a constraint whose text, choices or nesting are over the limits (nothing is compiled)."""
     field = _FIELD[constraint.kind]
     size = len(constraint.text) + sum(len(o) for o in constraint.options)
     if size > MAX_CONSTRAINT_CHARS:
@@ -85,7 +87,7 @@ def _check_size(constraint: Constraint) -> None:
             field=field,
             metadata={"max_choices": MAX_CHOICES},
         )
-    if constraint.kind == "json_schema" and _json_depth(constraint.text) > MAX_JSON_DEPTH:
+    if constraint.kind == "json_schema" and json_depth(constraint.text) > MAX_JSON_DEPTH:
         raise LimitExceeded(
             f"the schema nests deeper than {MAX_JSON_DEPTH} levels",
             field=field,
@@ -101,7 +103,9 @@ def to_grammar(constraint: Constraint) -> str:
             schema = json.loads(constraint.text)
             if not isinstance(schema, dict | bool):
                 raise InvalidArgument("a JSON schema is an object or a boolean", field=field)
-            return str(llguidance.LLMatcher.grammar_from_json_schema(constraint.text, JSON_FORMAT))
+            closed = json.dumps(close_objects(schema))
+            json_options: JsonCompileOptions = {**JSON_FORMAT, "lenient": constraint.lenient}
+            return str(llguidance.LLMatcher.grammar_from_json_schema(closed, json_options))
         if constraint.kind == "json_object":
             return str(llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', JSON_FORMAT))
         if constraint.kind == "regex":
@@ -132,7 +136,7 @@ class GrammarCompiler:
             raise InvalidArgument(
                 "this model has no end-of-sequence token, so a constraint could never end", field="constraint"
             )
-        _check_size(constraint)
+        check_size(constraint)
 
     def cached(self, constraint: Constraint) -> llguidance.LLMatcher | None:
         """A copy of the cached template (about 0.1 ms: fine on the event loop), or None."""

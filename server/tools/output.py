@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
+from typing import Any
 
 from server.tools.format import CLOSE, OPEN
 from wire.constraint import ToolCall
 
+# Whether a call's arguments may be reported: (function name, arguments) -> valid. A strict function's
+# arguments written without its schema's mask are checked by one (server/batching/shaping.py).
+ArgumentCheck = Callable[[str, dict[str, Any]], bool]
+
 
 class ToolOutput:
-    def __init__(self, names: frozenset[str], *, required: bool) -> None:
+    def __init__(self, names: frozenset[str], *, required: bool, check: ArgumentCheck | None = None) -> None:
         self.names = names
+        self.check = check
         self.capturing = required  # a required call: everything is the call
         self.held = ""
         self.captured = ""
@@ -39,7 +46,7 @@ class ToolOutput:
     def finish(self, *, cut: bool = False) -> tuple[str, tuple[ToolCall, ...]]:
         """The text still to show and the calls, when the stream ends; `cut` (max_tokens) drops a last call
         left incomplete after complete ones."""
-        calls, complete = parse_calls(self.captured, self.names) if self.captured else ((), True)
+        calls, complete = parse_calls(self.captured, self.names, self.check) if self.captured else ((), True)
         if calls and (complete or cut):
             return self.held, calls
         return self.held + self.captured, ()
@@ -53,9 +60,12 @@ def _partial_tag(text: str) -> int:
     return 0
 
 
-def parse_calls(text: str, names: frozenset[str]) -> tuple[tuple[ToolCall, ...], bool]:
+def parse_calls(
+    text: str, names: frozenset[str], check: ArgumentCheck | None = None
+) -> tuple[tuple[ToolCall, ...], bool]:
     """The calls that parse, in order, and whether that was the whole text (no incomplete or stray rest);
-    a call that names no declared function, or whose arguments are no object, ends the parse."""
+    a call that names no declared function, whose arguments are no object, or that `check` refuses, ends
+    the parse."""
     calls: list[ToolCall] = []
     rest = text.strip()
     while rest:
@@ -68,6 +78,8 @@ def parse_calls(text: str, names: frozenset[str]) -> tuple[tuple[ToolCall, ...],
             return tuple(calls), False
         arguments = value.get("arguments", {}) if isinstance(value, dict) else None
         if not isinstance(arguments, dict) or value.get("name") not in names:
+            return tuple(calls), False
+        if check is not None and not check(value["name"], arguments):
             return tuple(calls), False
         calls.append(ToolCall(f"call_{secrets.token_hex(12)}", value["name"], json.dumps(arguments)))
         rest = rest[end + len(CLOSE) :].strip()

@@ -163,7 +163,9 @@ def response_constraint(response_format: ResponseFormat | None) -> list[tuple[st
     if spec is None:
         raise ValueError("response_format of type json_schema needs its json_schema")
     schema = spec.schema_ if spec.schema_ is not None else {"type": "object"}
-    return [("response_format", Constraint.json_schema(json.dumps(schema)))]
+    # strict is OpenAI's guarantee: what cannot be enforced is refused. Without it OpenAI takes any schema
+    # and tries; here every keyword that can be enforced still is, and the rest is ignored.
+    return [("response_format", Constraint.json_schema(json.dumps(schema), lenient=not spec.strict))]
 
 
 def tools_of(tools: list[ToolParam] | None) -> tuple[Tool, ...]:
@@ -172,6 +174,7 @@ def tools_of(tools: list[ToolParam] | None) -> tuple[Tool, ...]:
             t.function.name,
             t.function.description or "",
             json.dumps(t.function.parameters) if t.function.parameters is not None else "",
+            strict=bool(t.function.strict),
         )
         for t in tools or ()
     )

@@ -100,7 +100,9 @@ def generate_requests(draw: st.DrawFn) -> pb.GenerateRequest:
     if draw(st.booleans()):
         request.constraint.CopyFrom(draw(constraints()))
     if draw(st.booleans()):
-        request.tools.add(name=draw(texts), parameters_json=draw(st.one_of(texts, json_texts)))
+        request.tools.add(
+            name=draw(texts), parameters_json=draw(st.one_of(texts, json_texts)), strict=draw(st.booleans())
+        )
         request.tool_choice.mode = draw(st.integers(-1, 5))
         if draw(st.booleans()):
             request.tool_choice.function = draw(texts)

@@ -4,6 +4,7 @@ biases) and GPT-2 (the generic path). Byte vocabularies (no tokenizer): token id
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,12 @@ def greedy_reference(
     return [int(t) for t in out[0, ids.shape[1] :]]
 
 
-def save_with_tokenizer(directory: Path, *, template: str | None = None, **config: Any) -> Path:
+def save_with_tokenizer(
+    directory: Path, *, template: str | None = None, added_tokens: Sequence[str] = (), **config: Any
+) -> Path:
     """A seeded tiny Llama with a byte-level BPE tokenizer trained here (its EOS `</s>`), and a chat
-    template where one is given: the Hugging Face tokenizer path, unlike the byte vocabularies above."""
+    template where one is given: the Hugging Face tokenizer path, unlike the byte vocabularies above.
+    `added_tokens` become tokens of their own (not special: they stand for their text)."""
     import tokenizers
     import transformers
 
@@ -92,6 +96,7 @@ def save_with_tokenizer(directory: Path, *, template: str | None = None, **confi
     )
     bpe.train_from_iterator(["hello there, you are terse", "[system] [user] [assistant]"] * 20, trainer)
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>")
+    tokenizer.add_tokens(list(added_tokens))
     if template is not None:
         tokenizer.chat_template = template
     tokenizer.save_pretrained(directory)

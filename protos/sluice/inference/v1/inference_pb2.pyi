@@ -728,10 +728,17 @@ class Constraint(_message.Message):
     REGEX_FIELD_NUMBER: _builtins.int
     CHOICE_FIELD_NUMBER: _builtins.int
     GRAMMAR_FIELD_NUMBER: _builtins.int
+    LENIENT_FIELD_NUMBER: _builtins.int
     json_schema: _builtins.str
-    """A JSON Schema document, as JSON text; the output is a JSON value valid against it."""
+    """A JSON Schema document, as JSON text; the output is a JSON value valid against it. An object schema
+    that lists properties and does not state additionalProperties admits no other key.
+    """
     regex: _builtins.str
     """A regular expression the whole output matches (Rust regex syntax, no lookaround or backreferences)."""
+    lenient: _builtins.bool
+    """For json_schema: keywords the engine cannot enforce are ignored (the rest is still enforced) instead
+    of refused. OpenAI's response_format sets it where json_schema.strict is not true.
+    """
     @_builtins.property
     def json_object(self) -> Global___JsonObject:
         """Any JSON object."""
@@ -752,10 +759,11 @@ class Constraint(_message.Message):
         regex: _builtins.str = ...,
         choice: Global___Choice | None = ...,
         grammar: Global___Grammar | None = ...,
+        lenient: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "lenient", b"lenient", "regex", b"regex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["json_schema", "json_object", "regex", "choice", "grammar"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
@@ -772,22 +780,31 @@ class Tool(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     PARAMETERS_JSON_FIELD_NUMBER: _builtins.int
+    STRICT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The function's name: letters, digits, underscores and dashes, at most 64."""
     description: _builtins.str
     """What the function does, for the model."""
     parameters_json: _builtins.str
-    """The JSON Schema of the function's arguments object, as JSON text; empty means any object."""
+    """The JSON Schema of the function's arguments object, as JSON text; empty means any object. An object
+    schema that lists properties and does not state additionalProperties admits no other key.
+    """
+    strict: _builtins.bool
+    """Whether a call of this function is guaranteed to have arguments valid against parameters_json in every
+    tool choice mode (OpenAI's strict): under AUTO the call is constrained once the model opens it, or,
+    where the request also has a constraint, a call that is not valid is not reported as one.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         description: _builtins.str = ...,
         parameters_json: _builtins.str = ...,
+        strict: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "parameters_json", b"parameters_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "parameters_json", b"parameters_json", "strict", b"strict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
