@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
+from wire.sampling import FIELDS as SAMPLING_FIELDS
 from wire.sampling import Sampling
 
 
@@ -103,20 +104,18 @@ class InferResult:
     batch_size: int
 
 
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """Validated sampling settings; temperature 0 means greedy, top_k 0 means no limit."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams(Sampling):
+    """A request's Sampling once the scheduler has decided its max_tokens (against the model's limits and
+    the prompt); every other field and default is Sampling's, so a new setting never comes here."""
 
     max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    min_tokens: int = 0  # EOS is masked and stop strings ignored until this many tokens
-    ignore_eos: bool = False  # EOS is an ordinary token: generation runs to max_tokens
-    logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and k alternatives
-    stop_token_ids: frozenset[int] = frozenset()  # end the stream as EOS does, never sent as text
+
+    @classmethod
+    def resolved(cls, asked: Sampling, *, max_tokens: int) -> SamplingParams:
+        return cls(
+            **{name: getattr(asked, name) for name in SAMPLING_FIELDS - {"max_tokens"}}, max_tokens=max_tokens
+        )
 
 
 @dataclass(frozen=True, slots=True)
