@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
+from wire.sampling import DEFAULTS as SAMPLING_DEFAULTS
 from wire.sampling import FIELDS as SAMPLING_FIELDS
 from wire.sampling import Sampling
 
@@ -106,10 +107,22 @@ class InferResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams(Sampling):
-    """A request's Sampling once the scheduler has decided its max_tokens (against the model's limits and
-    the prompt); every other field and default is Sampling's, so a new setting never comes here."""
+    """A request's Sampling resolved by the scheduler: max_tokens decided (against the model's limits and
+    the prompt), every unset field at the default wire/sampling.py declares. A new setting never comes
+    here: the fields below are only narrowed from `X | None`, for the scheduler's Python arithmetic on
+    them (a setting the sampler reads as a tensor needs nothing)."""
 
     max_tokens: int
+    temperature: float = SAMPLING_DEFAULTS["temperature"]
+    min_tokens: int = SAMPLING_DEFAULTS["min_tokens"]
+    presence_penalty: float = SAMPLING_DEFAULTS["presence_penalty"]
+    frequency_penalty: float = SAMPLING_DEFAULTS["frequency_penalty"]
+    repetition_penalty: float = SAMPLING_DEFAULTS["repetition_penalty"]
+
+    def __post_init__(self) -> None:
+        for name, default in SAMPLING_DEFAULTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)  # frozen: set once, while constructing
 
     @classmethod
     def resolved(cls, asked: Sampling, *, max_tokens: int) -> SamplingParams:

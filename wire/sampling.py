@@ -5,9 +5,9 @@ decodes requests into it and asks `violation()` once) and the scheduler (which d
 
 Its fields are the proto's SamplingParams fields, by name: `to_proto` and `from_proto` map them through the
 message descriptor, so a new setting is a proto field, a field here (default and range in its metadata),
-and its use in the sampler. A field at its default is left unset on the wire; the server reads unset as
-that same default, so the two never differ. Limits that are the server's settings (stop sequences) are the
-scheduler's to check (server/batching/requests.py).
+and its use in the sampler. Unset (None, or an empty tuple) leaves the server's default: proto3 `optional`
+presence carries that, and the default is declared here, once. Limits that are the server's settings
+(stop sequences) are the scheduler's to check (server/batching/requests.py).
 """
 
 from __future__ import annotations
@@ -68,31 +68,39 @@ class Violation:
     limit: Mapping[str, int] | None = None
 
 
-def _setting(*, bound: Bound | None = None, each: Bound | None = None, count: Count | None = None) -> Any:
-    """A field's metadata: its range, its entries' range (map values, repeated elements), its count."""
-    return {"bound": bound, "each": each, "count": count}
+def _setting(
+    *, default: Any = None, bound: Bound | None = None, each: Bound | None = None, count: Count | None = None
+) -> Any:
+    """A field's metadata: the server's value when it is unset (None: the server decides per request),
+    its range, its entries' range (map values), its count."""
+    return {"default": default, "bound": bound, "each": each, "count": count}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sampling:
-    """What a caller asks of one generation; see SamplingParams in inference.proto for each field. The
-    defaults are the server's: None means the server decides (max_tokens), random (seed) or none
-    (logprobs)."""
+    """What a caller asks of one generation; see SamplingParams in inference.proto for each field. None is
+    unset (and stays unset on the wire): the server reads it as the field's declared default (DEFAULTS),
+    or decides (max_tokens), draws (seed) or gives none (logprobs)."""
 
     max_tokens: int | None = field(default=None, metadata=_setting(bound=Bound(0, open_low=True)))
-    temperature: float = field(default=1.0, metadata=_setting(bound=Bound(0)))
-    top_p: float = field(default=1.0, metadata=_setting(bound=Bound(0, 1, open_low=True)))
-    top_k: int = field(default=0, metadata=_setting(bound=Bound(0)))  # 0: no limit
+    temperature: float | None = field(default=None, metadata=_setting(default=1.0, bound=Bound(0)))
+    top_p: float | None = field(
+        default=None, metadata=_setting(default=1.0, bound=Bound(0, 1, open_low=True))
+    )
+    top_k: int | None = field(default=None, metadata=_setting(default=0, bound=Bound(0)))  # 0: no limit
     seed: int | None = None
     stop: tuple[str, ...] = ()
-    min_tokens: int = 0  # at most max_tokens, which the scheduler decides: checked there
+    # At most max_tokens, which the scheduler decides: checked there.
+    min_tokens: int | None = field(default=None, metadata=_setting(default=0))
     ignore_eos: bool = False
     logprobs: int | None = field(
         default=None, metadata=_setting(bound=Bound(0, MAX_LOGPROBS, wording=f"between 0 and {MAX_LOGPROBS}"))
     )
-    presence_penalty: float = field(default=0.0, metadata=_setting(bound=Bound(-2, 2)))
-    frequency_penalty: float = field(default=0.0, metadata=_setting(bound=Bound(-2, 2)))
-    repetition_penalty: float = field(default=1.0, metadata=_setting(bound=Bound(0, open_low=True)))
+    presence_penalty: float | None = field(default=None, metadata=_setting(default=0.0, bound=Bound(-2, 2)))
+    frequency_penalty: float | None = field(default=None, metadata=_setting(default=0.0, bound=Bound(-2, 2)))
+    repetition_penalty: float | None = field(
+        default=None, metadata=_setting(default=1.0, bound=Bound(0, open_low=True))
+    )
     # (token id, bias) pairs, sorted by token id; 300 entries is OpenAI's limit.
     logit_bias: tuple[tuple[int, float], ...] = field(
         default=(),
@@ -127,7 +135,7 @@ class Sampling:
         for spec in _CHECKED:
             value = getattr(self, spec.name)
             bound, each, count = spec.metadata["bound"], spec.metadata["each"], spec.metadata["count"]
-            if value is None or value == spec.default:
+            if value is None or value == ():
                 continue  # unset: the default, which holds
             if bound is not None and not bound.holds(value):
                 return Violation(spec.name, f"{spec.name} must be {bound.describe()}, got {value}")
@@ -145,8 +153,8 @@ class Sampling:
         message = pb.SamplingParams()
         for spec in _FIELDS:
             value = getattr(self, spec.name)
-            if value is None or value == spec.default:
-                continue  # unset: the server's default applies, which is this default
+            if value == spec.default:
+                continue  # unset: the server's default applies
             if spec.name in _MAPS:
                 getattr(message, spec.name).update(dict(value))
             elif isinstance(value, tuple):
@@ -172,6 +180,10 @@ class Sampling:
 _FIELDS = dataclasses.fields(Sampling)
 FIELDS = frozenset(f.name for f in _FIELDS)
 _CHECKED = tuple(f for f in _FIELDS if f.metadata)
+# The value an unset field has on the server (the scheduler resolves with these).
+DEFAULTS: Mapping[str, Any] = {
+    f.name: f.metadata["default"] for f in _CHECKED if f.metadata["default"] is not None
+}
 BOUNDS: Mapping[str, Bound] = {f.name: f.metadata["bound"] for f in _CHECKED if f.metadata["bound"]}
 _PROTO = pb.SamplingParams.DESCRIPTOR.fields_by_name
 _REPEATED = {name: bool(_PROTO[name].is_repeated) for name in FIELDS}  # a KeyError: a field the proto lacks

@@ -84,16 +84,17 @@ def resolve_request(
                 field="sampling.max_tokens",
                 metadata={"context_length": context, "prompt_tokens": len(prompt)},
             )
-    if not 0 <= asked.min_tokens <= max_tokens:
+    params = SamplingParams.resolved(asked, max_tokens=max_tokens)
+    if not 0 <= params.min_tokens <= max_tokens:
         raise InvalidArgument(
-            f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {asked.min_tokens}",
+            f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {params.min_tokens}",
             field="sampling.min_tokens",
         )
     check_vocabulary((t for t, _ in asked.logit_bias), model.vocab_size, "sampling.logit_bias", by_token=True)
     check_vocabulary(asked.stop_token_ids, model.vocab_size, "sampling.stop_token_ids")
     if asked.ignore_eos and (spec.constraint is not None or spec.tool_choice.mode == "required"):
         raise InvalidArgument("ignore_eos cannot be combined with a constraint", field="sampling.ignore_eos")
-    return prompt, SamplingParams.resolved(asked, max_tokens=max_tokens)
+    return prompt, params
 
 
 def check_vocabulary(tokens: Iterable[int], vocab_size: int, field: str, *, by_token: bool = False) -> None:

@@ -48,7 +48,7 @@ class OutputShaping:
         the caller did not prepare."""
         if matcher is None and (constraint := effective_constraint(spec)) is not None:
             matcher = self.grammars.matcher(constraint)
-        asked = spec.sampling
+        asked = seq.params  # resolved: an unset penalty is at its declared default
         presence, frequency, repetition = (
             asked.presence_penalty,
             asked.frequency_penalty,

@@ -66,8 +66,7 @@ def test_invalid_utf8_is_located_by_field_path() -> None:
 def test_generate_defaults_stay_unset_for_the_model_to_fill() -> None:
     spec = decode_generate(pb.GenerateRequest(model="m", text="hi"))
     s = spec.sampling
-    # max_tokens and seed are the scheduler's to decide; a fixed default is the one Sampling declares.
-    assert (s.max_tokens, s.temperature, s.seed, s.stop) == (None, 1.0, None, ())
+    assert (s.max_tokens, s.temperature, s.seed, s.stop) == (None, None, None, ())
 
 
 def test_final_chunk_carries_reason_usage_and_error() -> None:
