@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
+from wire.sampling import DEFAULTS as SAMPLING_DEFAULTS
+from wire.sampling import FIELDS as SAMPLING_FIELDS
 from wire.sampling import Sampling
 
 
@@ -103,20 +105,30 @@ class InferResult:
     batch_size: int
 
 
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """Validated sampling settings; temperature 0 means greedy, top_k 0 means no limit."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams(Sampling):
+    """A request's Sampling resolved by the scheduler: max_tokens decided (against the model's limits and
+    the prompt), every unset field at the default wire/sampling.py declares. A new setting never comes
+    here: the fields below are only narrowed from `X | None`, for the scheduler's Python arithmetic on
+    them (a setting the sampler reads as a tensor needs nothing)."""
 
     max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    min_tokens: int = 0  # EOS is masked and stop strings ignored until this many tokens
-    ignore_eos: bool = False  # EOS is an ordinary token: generation runs to max_tokens
-    logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and k alternatives
-    stop_token_ids: frozenset[int] = frozenset()  # end the stream as EOS does, never sent as text
+    temperature: float = SAMPLING_DEFAULTS["temperature"]
+    min_tokens: int = SAMPLING_DEFAULTS["min_tokens"]
+    presence_penalty: float = SAMPLING_DEFAULTS["presence_penalty"]
+    frequency_penalty: float = SAMPLING_DEFAULTS["frequency_penalty"]
+    repetition_penalty: float = SAMPLING_DEFAULTS["repetition_penalty"]
+
+    def __post_init__(self) -> None:
+        for name, default in SAMPLING_DEFAULTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)  # frozen: set once, while constructing
+
+    @classmethod
+    def resolved(cls, asked: Sampling, *, max_tokens: int) -> SamplingParams:
+        return cls(
+            **{name: getattr(asked, name) for name in SAMPLING_FIELDS - {"max_tokens"}}, max_tokens=max_tokens
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,11 @@ family's request models: what such a field can carry is the wire's rule, not a f
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
+
+from wire.sampling import Bound
 
 _INT32_MAX = 2**31 - 1
 _UINT64_MAX = 2**64 - 1
@@ -26,3 +28,11 @@ def utf8(text: str) -> str:
 Text = Annotated[str, AfterValidator(utf8)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=_INT32_MAX)]
 UInt64 = Annotated[int, Field(ge=0, le=_UINT64_MAX)]
+
+
+def within(bound: Bound, *, high: float | None = None) -> Any:
+    """The pydantic constraint of a sampling field's declared range (wire/sampling.py), so that a family
+    refuses what the server would; `high` narrows it where the family's API stops lower."""
+    above = bound.low if bound.open_low else None
+    least = None if bound.open_low else bound.low
+    return Field(gt=above, ge=least, le=high if high is not None else bound.high)

@@ -1,15 +1,15 @@
 """Generate requests against the server's and the model's limits: stop sequences, prompt tokens, max_tokens
-and the context length, defaults for unset sampling settings. A request that can never fit is refused here,
-naming the limit."""
+and the context length, the default max_tokens. A request that can never fit is refused here,
+naming the limit. Sampling's own ranges were checked when it was decoded (wire/sampling.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from server.domain import GenerateSpec, SamplingParams
 from server.errors import InvalidArgument, LimitExceeded
 from server.runtimes.base import GenerativeModel
-from wire.sampling import Sampling
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +54,7 @@ def resolve_request(
     default_max_tokens = min(limits.default_max_tokens, context - 1)
     if spec.prompt_ids is not None:
         prompt = list(spec.prompt_ids)
-        for index, token in enumerate(prompt):
-            if not 0 <= token < model.vocab_size:
-                raise InvalidArgument(
-                    f"token id {token} is outside the vocabulary [0, {model.vocab_size})",
-                    field=f"token_ids.ids[{index}]",
-                )
+        check_vocabulary(prompt, model.vocab_size, "token_ids.ids")
         prompt_field = "token_ids.ids"
     elif spec.prompt_chat is not None:
         prompt = model.chat_prompt(spec.prompt_chat, spec.tools)
@@ -89,44 +84,29 @@ def resolve_request(
                 field="sampling.max_tokens",
                 metadata={"context_length": context, "prompt_tokens": len(prompt)},
             )
-    min_tokens = asked.min_tokens or 0
-    if not 0 <= min_tokens <= max_tokens:
+    params = SamplingParams.resolved(asked, max_tokens=max_tokens)
+    if not 0 <= params.min_tokens <= max_tokens:
         raise InvalidArgument(
-            f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}",
+            f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {params.min_tokens}",
             field="sampling.min_tokens",
         )
-    _check_token_ids(asked, model.vocab_size)
+    check_vocabulary((t for t, _ in asked.logit_bias), model.vocab_size, "sampling.logit_bias", by_token=True)
+    check_vocabulary(asked.stop_token_ids, model.vocab_size, "sampling.stop_token_ids")
     # A grammar decides where the output may end: a constraint, a required call, or auto with a strict
     # function (the tool grammar, where the caller gave no constraint).
     mode = spec.tool_choice.mode
     grammar = mode == "required" or (mode == "auto" and any(t.strict for t in spec.tools))
     if asked.ignore_eos and (spec.constraint is not None or grammar):
         raise InvalidArgument("ignore_eos cannot be combined with a constraint", field="sampling.ignore_eos")
-    params = SamplingParams(
-        max_tokens=max_tokens,
-        min_tokens=min_tokens,
-        ignore_eos=asked.ignore_eos,
-        logprobs=asked.logprobs,
-        temperature=1.0 if asked.temperature is None else asked.temperature,
-        top_p=1.0 if asked.top_p is None else asked.top_p,
-        top_k=asked.top_k or 0,
-        seed=asked.seed,
-        stop=asked.stop,
-        stop_token_ids=frozenset(asked.stop_token_ids),
-    )
     return prompt, params
 
 
-def _check_token_ids(asked: Sampling, vocab_size: int) -> None:
-    for token, _ in asked.logit_bias:
+def check_vocabulary(tokens: Iterable[int], vocab_size: int, field: str, *, by_token: bool = False) -> None:
+    """Every token id is in the vocabulary; the first that is not is refused as `field[position]` (or, with
+    `by_token`, as `field[token]`: logit_bias is a map keyed by the token id)."""
+    for index, token in enumerate(tokens):
         if not 0 <= token < vocab_size:
             raise InvalidArgument(
                 f"token id {token} is outside the vocabulary [0, {vocab_size})",
-                field=f"sampling.logit_bias[{token}]",
-            )
-    for index, token in enumerate(asked.stop_token_ids):
-        if not 0 <= token < vocab_size:
-            raise InvalidArgument(
-                f"token id {token} is outside the vocabulary [0, {vocab_size})",
-                field=f"sampling.stop_token_ids[{index}]",
+                field=f"{field}[{token if by_token else index}]",
             )

@@ -78,9 +78,12 @@ class OutputShaping:
         self.check_strict(spec)  # cached where prepare ran
         if matcher is None and (constraint := effective_constraint(spec)) is not None:
             matcher = self.grammars.matcher(constraint)
-        asked = spec.sampling
-        presence, frequency = asked.presence_penalty or 0.0, asked.frequency_penalty or 0.0
-        repetition = 1.0 if asked.repetition_penalty is None else asked.repetition_penalty
+        asked = seq.params  # resolved: an unset penalty is at its declared default
+        presence, frequency, repetition = (
+            asked.presence_penalty,
+            asked.frequency_penalty,
+            asked.repetition_penalty,
+        )
         if matcher is not None or presence or frequency or repetition != 1 or asked.logit_bias:
             seq.logits = RowState(
                 vocab_size=self.model.vocab_size,

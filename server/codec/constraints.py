@@ -1,11 +1,10 @@
-"""Decoding of a Generate request's constraint, tools and logits settings (penalties, logit_bias,
-stop_token_ids): shape checks that need no model, each naming its field. Compiling a constraint against
+"""Decoding of a Generate request's constraint and tools: shape checks that need no model, each naming its
+field (the sampling settings check their own ranges: wire/sampling.py). Compiling a constraint against
 the model's vocabulary (and its size limits) is the scheduler's (server/constraints/)."""
 
 from __future__ import annotations
 
 import json
-import math
 
 from sluice.inference.v1 import inference_pb2 as pb
 
@@ -15,8 +14,6 @@ from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 
 MAX_TOOLS = 128  # OpenAI's limit on tools per request
 MAX_TOOL_NAME = 64
-MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
-MAX_STOP_TOKEN_IDS = 64
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
@@ -97,34 +94,3 @@ def decode_tool_calls(calls: list[pb.ToolCall], field: str) -> tuple[ToolCall, .
             raise InvalidArgument("a tool call needs the function's name", field=f"{field}[{index}].name")
         out.append(ToolCall.from_proto(call))
     return tuple(out)
-
-
-def check_logits_settings(s: pb.SamplingParams) -> None:
-    for name in ("presence_penalty", "frequency_penalty"):
-        if s.HasField(name) and not -2 <= getattr(s, name) <= 2:
-            raise InvalidArgument(
-                f"{name} must be in [-2, 2], got {getattr(s, name)}", field=f"sampling.{name}"
-            )
-    if s.HasField("repetition_penalty") and not (
-        s.repetition_penalty > 0 and math.isfinite(s.repetition_penalty)
-    ):
-        raise InvalidArgument(
-            f"repetition_penalty must be > 0, got {s.repetition_penalty}", field="sampling.repetition_penalty"
-        )
-    if len(s.logit_bias) > MAX_LOGIT_BIAS:
-        raise LimitExceeded(
-            f"{len(s.logit_bias)} logit_bias entries; at most {MAX_LOGIT_BIAS}",
-            field="sampling.logit_bias",
-            metadata={"max_logit_bias": MAX_LOGIT_BIAS},
-        )
-    for token, bias in s.logit_bias.items():
-        if not -100 <= bias <= 100:
-            raise InvalidArgument(
-                f"logit_bias values must be in [-100, 100], got {bias}", field=f"sampling.logit_bias[{token}]"
-            )
-    if len(s.stop_token_ids) > MAX_STOP_TOKEN_IDS:
-        raise LimitExceeded(
-            f"{len(s.stop_token_ids)} stop_token_ids; at most {MAX_STOP_TOKEN_IDS}",
-            field="sampling.stop_token_ids",
-            metadata={"max_stop_token_ids": MAX_STOP_TOKEN_IDS},
-        )

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
-
 import grpc
 from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
 
-from server.codec.constraints import check_logits_settings, decode_constraint, decode_tool_calls, decode_tools
+from server.codec.constraints import decode_constraint, decode_tool_calls, decode_tools
 from server.codec.tensors import TO_PB, decode_tensor, encode_tensor
 from server.domain import (
     ChatTurn,
@@ -24,7 +21,7 @@ from server.domain import (
     TokenChunk,
     TokenProbability,
 )
-from server.errors import InvalidArgument, clip
+from server.errors import InvalidArgument, LimitExceeded, clip
 from wire.sampling import Sampling
 
 _PRIORITY: dict[int, Priority] = {
@@ -95,23 +92,14 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
     if which == "token_ids" and not request.token_ids.ids:
         raise InvalidArgument("token_ids is empty", field="token_ids.ids")
     chat = _decode_chat(request.chat) if which == "chat" else None
-    s = request.sampling
-    if s.HasField("max_tokens") and s.max_tokens <= 0:
-        raise InvalidArgument(f"max_tokens must be > 0, got {s.max_tokens}", field="sampling.max_tokens")
-    if s.HasField("temperature") and not (s.temperature >= 0 and math.isfinite(s.temperature)):
-        raise InvalidArgument(f"temperature must be >= 0, got {s.temperature}", field="sampling.temperature")
-    if s.HasField("top_p") and not 0 < s.top_p <= 1:
-        raise InvalidArgument(f"top_p must be in (0, 1], got {s.top_p}", field="sampling.top_p")
-    if s.HasField("top_k") and s.top_k < 0:
-        raise InvalidArgument(f"top_k must be >= 0, got {s.top_k}", field="sampling.top_k")
-    check_logits_settings(s)
+    sampling = decode_sampling(request.sampling)
     tools, tool_choice = decode_tools(request)
     return GenerateSpec(
         model=request.model,
         prompt_text=request.text if which == "text" else None,
         prompt_ids=tuple(request.token_ids.ids) if which == "token_ids" else None,
         prompt_chat=chat,
-        sampling=replace(Sampling.from_proto(s), logprobs=_decode_logprobs(s)),
+        sampling=sampling,
         priority=decode_priority(request.priority),
         request_id=request.request_id,
         constraint=decode_constraint(request),
@@ -122,7 +110,6 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
 
 
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
-MAX_LOGPROBS = 5  # as OpenAI's completions API; each alternative costs a top-k over the vocabulary
 
 
 def _decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:
@@ -140,14 +127,16 @@ def _decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:
     return tuple(turns)
 
 
-def _decode_logprobs(s: pb.SamplingParams) -> int | None:
-    if not s.HasField("logprobs"):
-        return None
-    if not 0 <= s.logprobs <= MAX_LOGPROBS:
-        raise InvalidArgument(
-            f"logprobs must be between 0 and {MAX_LOGPROBS}, got {s.logprobs}", field="sampling.logprobs"
-        )
-    return s.logprobs
+def decode_sampling(message: pb.SamplingParams) -> Sampling:
+    """The settings as asked, each within the range wire/sampling.py declares for it; the first one outside
+    is refused naming `sampling.<field>` (LIMIT_EXCEEDED where a count is past its limit)."""
+    sampling = Sampling.from_proto(message)
+    problem = sampling.violation()
+    if problem is None:
+        return sampling
+    if problem.limit is None:
+        raise InvalidArgument(problem.message, field=f"sampling.{problem.field}")
+    raise LimitExceeded(problem.message, field=f"sampling.{problem.field}", metadata=problem.limit)
 
 
 def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:

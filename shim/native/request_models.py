@@ -21,6 +21,8 @@ from pydantic import (
 from clients.types import PriorityName
 from shim.proto_values import Int32, Text, UInt64, utf8
 from wire.constraint import Constraint
+from wire.sampling import FIELDS as SAMPLING_FIELDS
+from wire.sampling import Sampling
 
 _INT64_MAX = 2**63 - 1
 # numpy's limit on the number of dimensions; the shape's product is computed, so its length is bounded.
@@ -141,3 +143,11 @@ class GenerateBody(_Body):
         if (self.prompt is None) == (self.prompt_token_ids is None):
             raise ValueError("give exactly one of prompt or prompt_token_ids")
         return self
+
+    def to_sampling(self) -> Sampling:
+        """Its sampling settings, by name: a setting the native JSON exposes is a field here and nothing
+        else; unset ones stay unset."""
+        return Sampling.of({name: getattr(self, name) for name in _SAMPLING})
+
+
+_SAMPLING = tuple(sorted(SAMPLING_FIELDS & set(GenerateBody.model_fields)))

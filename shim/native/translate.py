@@ -20,8 +20,6 @@ from shim.errors import FieldViolation
 from shim.identity import current_request_id
 from shim.native.request_models import GenerateBody, InferBody, Scalar, TensorIn
 from shim.refusals import invalid_argument
-from wire.sampling import FIELDS as SAMPLING_FIELDS
-from wire.sampling import Sampling
 
 DTYPE_BY_NAME: Mapping[str, pb.DataType.ValueType] = {
     "FLOAT32": pb.DATA_TYPE_FLOAT32,
@@ -211,20 +209,14 @@ def infer_response_to_json(response: pb.InferResponse) -> dict[str, Any]:
 def generate_request_to_proto(body: GenerateBody, *, priority: PriorityName | None) -> pb.GenerateRequest:
     """The GenerateRequest for a JSON body (clients.messages builds it); unset sampling stays unset."""
     prompt = body.prompt if body.prompt is not None else body.prompt_token_ids or []
-    # The body's fields that are sampling settings, by name (wire.sampling): a setting the native JSON
-    # exposes is a field of GenerateBody, and nothing here.
-    sampling = {name: getattr(body, name) for name in _SAMPLING_FIELDS}
     return build_generate_request(
         body.model,
         prompt,
-        sampling=Sampling.of(sampling),
+        sampling=body.to_sampling(),
         priority=priority,
         request_id=body.request_id or current_request_id(),
         constraint=body.constraint.to_constraint() if body.constraint is not None else None,
     )
-
-
-_SAMPLING_FIELDS = tuple(sorted(SAMPLING_FIELDS & set(GenerateBody.model_fields)))
 
 
 def usage_to_json(usage: pb.Usage) -> dict[str, int]:

@@ -43,22 +43,13 @@ def generate_requests(
         build_generate_request(
             body.model,
             messages,
-            max_tokens=body.token_limit,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            seed=None if body.seed is None else (body.seed + i) % 2**64,
-            stop=body.stops,
+            sampling=body.to_sampling(choice=i),
             priority=priority,
             request_id=f"{request_id}-{i}" if body.n > 1 else request_id,
-            min_tokens=body.min_tokens,
-            ignore_eos=body.ignore_eos,
-            logprobs=body.alternatives,
             constraint=constraint,
             tools=tools,
             tool_choice=tool_choice_of(body.tool_choice),
             parallel_tool_calls=body.parallel_tool_calls,
-            **body.sampling_fields(),
         )
         for i in range(body.n)
     ]

@@ -24,19 +24,10 @@ def generate_requests(body: CompletionRequest, *, request_id: str, priority: Any
         build_generate_request(
             body.model,
             prompt,
-            max_tokens=body.max_tokens,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            seed=None if body.seed is None else (body.seed + i) % 2**64,
-            stop=body.stops,
+            sampling=body.to_sampling(choice=i),
             priority=priority,
             request_id=f"{request_id}-{p}-{i}",
-            min_tokens=body.min_tokens,
-            ignore_eos=body.ignore_eos,
-            logprobs=body.logprobs,
             constraint=constraint,
-            **body.sampling_fields(),
         )
         for p, prompt in enumerate(body.prompts)
         for i in range(body.n)

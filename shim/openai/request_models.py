@@ -4,6 +4,7 @@ not know is refused too. Structured outputs, tools and logits settings are in st
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
@@ -14,14 +15,15 @@ from shim.openai.structured import (
     Shaping,
     ToolParam,
 )
-from shim.proto_values import Int32, Text, UInt64
+from shim.proto_values import Int32, Text, UInt64, within
+from wire.sampling import BOUNDS, MAX_LOGPROBS, Sampling
+from wire.sampling import FIELDS as SAMPLING_FIELDS
 
-MAX_LOGPROBS = 5  # the server's bound on alternatives per token
 MAX_N = 16  # choices per request: each is a stream of its own
 
 Seed = UInt64
-Probability = Annotated[float, Field(gt=0, le=1)]
-Temperature = Annotated[float, Field(ge=0, le=2)]
+Probability = Annotated[float, within(BOUNDS["top_p"])]
+Temperature = Annotated[float, within(BOUNDS["temperature"], high=2)]  # OpenAI's API stops at 2
 Stop = Text | Annotated[list[Text], Field(max_length=4)] | None
 
 
@@ -61,13 +63,28 @@ class _Sampling(Shaping, _Body):
     min_tokens: Int32 | None = None
     ignore_eos: StrictBool = False
 
-    @property
-    def stops(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
+    def to_sampling(self, *, choice: int = 0) -> Sampling:
+        """The Generate sampling settings of one choice: the fields Sampling names alike, by name (a new
+        setting is a field here and nothing else); the ones this API names otherwise from `renamed`; each
+        choice its own seed."""
+        values = {name: getattr(self, name) for name in _alike(type(self))}
+        values.update(self.renamed())
+        if self.seed is not None:
+            values["seed"] = (self.seed + choice) % 2**64
+        return Sampling.of(values)
+
+    def renamed(self) -> dict[str, Any]:
+        """Sampling fields this route names or shapes otherwise than the Generate request does."""
+        return {}
 
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+
+@cache
+def _alike(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(sorted(SAMPLING_FIELDS & set(model.model_fields)))
 
 
 class TextPart(BaseModel):
@@ -150,14 +167,10 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError("top_logprobs needs logprobs: true")
         return self
 
-    @property
-    def token_limit(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-
-    @property
-    def alternatives(self) -> int | None:
-        """Log-probability alternatives per token to ask the server for (None: no log-probabilities)."""
-        return (self.top_logprobs or 0) if self.logprobs else None
+    def renamed(self) -> dict[str, Any]:
+        # max_completion_tokens is the newer name of max_tokens; logprobs is a switch, top_logprobs the count.
+        limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return {"max_tokens": limit, "logprobs": (self.top_logprobs or 0) if self.logprobs else None}
 
 
 # A prompt is text, a list of texts, token ids, or a list of token-id lists.

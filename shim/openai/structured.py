@@ -138,17 +138,6 @@ class Shaping(BaseModel):
             raise OneConstraint(found[1][0])
         return found[0][1] if found else None
 
-    def sampling_fields(self) -> dict[str, Any]:
-        """The Generate sampling fields these settings map to (unset ones left out)."""
-        fields: dict[str, Any] = {
-            "presence_penalty": self.presence_penalty or None,
-            "frequency_penalty": self.frequency_penalty or None,
-            "repetition_penalty": self.repetition_penalty,
-            "logit_bias": {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None,
-            "stop_token_ids": self.stop_token_ids,
-        }
-        return {k: v for k, v in fields.items() if v is not None}
-
 
 def _schema(value: dict[str, Any] | str) -> Constraint:
     return Constraint.json_schema(value if isinstance(value, str) else json.dumps(value))
