@@ -25,7 +25,7 @@ from server.domain import (
     TokenProbability,
 )
 from server.errors import InvalidArgument, clip
-from wire.sampling import Sampling
+from wire.sampling import MAX_LOGPROBS, Sampling
 
 _PRIORITY: dict[int, Priority] = {
     pb.PRIORITY_UNSPECIFIED: Priority.NORMAL,
@@ -122,7 +122,6 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
 
 
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
-MAX_LOGPROBS = 5  # as OpenAI's completions API; each alternative costs a top-k over the vocabulary
 
 
 def _decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:

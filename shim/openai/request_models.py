@@ -15,14 +15,16 @@ from shim.openai.structured import (
     ToolParam,
 )
 from shim.proto_values import Int32, Text, UInt64
+from wire.sampling import MAX_LOGPROBS
 
-MAX_LOGPROBS = 5  # the server's bound on alternatives per token
 MAX_N = 16  # choices per request: each is a stream of its own
 
 Seed = UInt64
 Probability = Annotated[float, Field(gt=0, le=1)]
 Temperature = Annotated[float, Field(ge=0, le=2)]
-Stop = Text | Annotated[list[Text], Field(max_length=4)] | None
+# How many stop sequences a request may give is the server's setting (--max-stop-sequences): it refuses more
+# (400, `param: stop`), so the limit is checked once, where it is configured.
+Stop = Text | list[Text] | None
 
 
 class Unsupported(ValueError):
