@@ -1,7 +1,8 @@
 """The API families (shim/native, shim/openai, ...) as shared code sees them: a registry that each family's
-`attach(app)` joins with its router, its error shape and the schemas it adds to /openapi.json.
+`attach(app)` joins with its router and the edges it declares: its error shape, the headers that carry its
+callers' tokens, what browsers may send it, a path it shares, and the schemas it adds to /openapi.json.
 
-Shared code asks the registry, never a path of its own, two things:
+Shared code asks the registry, never a path of its own:
 
     in_api(path)        is the request the API's (admitted to the in-flight bound, identified, logged)?
                         Yes under any family's router prefix; the probes and /openapi.json are no family's.
