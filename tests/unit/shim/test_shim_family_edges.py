@@ -157,7 +157,7 @@ async def test_browsers_may_send_what_the_families_declare(start_shim: ShimFacto
     assert await preflight("x-api-key, x-undeclared") == 400
 
 
-def test_the_first_accepted_header_present_is_the_one_read() -> None:
+def test_a_token_header_reads_its_scheme_and_names_itself_in_the_refusal() -> None:
     basic = TokenHeader("Authorization", scheme="Basic")
     assert basic.token("Basic abc ") == "abc" and basic.token("Bearer abc") is None
     assert BEARER.token("bearer  tok") == "tok" and BEARER.token("Bearer ") is None
