@@ -115,7 +115,7 @@ def create_app(settings: ShimSettings) -> FastAPI:
         app.add_middleware(TracingMiddleware, tracing=tracing, families=families)
     if settings.cors_allow_origins:
         # Added last, so outermost: a preflight is answered before admission, and refusals carry CORS headers.
-        app.add_middleware(BrowserPolicy, origins=settings.cors_allow_origins)
+        app.add_middleware(BrowserPolicy, origins=settings.cors_allow_origins, headers=families.cors)
     app.add_exception_handler(ShimError, _on_shim_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)

@@ -1,13 +1,18 @@
 """BrowserPolicy: the CORS answer for browsers calling the API from another origin (`--cors-allow-origins`).
 
-A preflight may ask for the headers the API's own clients send: credentials (`authorization`, Azure's
-`api-key`), `x-request-id`, Sluice's call options, and the OpenAI JS SDK's `x-stainless-*` and `openai-*`
-families, whose members change between SDK releases (so they are allowed by prefix). A response exposes
-what those clients read: the request id, the tenant and the retry hints. Anything else is refused as
-Starlette refuses it (400 "Disallowed CORS headers").
+A preflight may ask for the headers the shim's own callers send (`content-type`, `x-request-id`, Sluice's
+call options) and those each API family declares (`Families.attach(cors=..., token_headers=...)`): its
+credential headers and its SDK's own, such as the OpenAI JS SDK's `x-stainless-*` and `openai-*`, whose
+members change between SDK releases (so they are allowed by prefix). A response exposes what those clients
+read: the request id, the tenant and the retry hints. Anything else is refused as Starlette refuses it (400
+"Disallowed CORS headers"). One policy serves every family: a preflight names no family, and a path two
+families share cannot say whose request will follow.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
@@ -16,41 +21,67 @@ from starlette.types import ASGIApp
 
 from shim.identity import REQUEST_ID_HEADER, TENANT_HEADER
 from shim.upstream.call_options import PRIORITY_HEADER, TIMEOUT_HEADER
-from wire import metadata as names
 
-ALLOWED_HEADERS = (
-    "content-type",
-    names.AUTHORIZATION,
-    names.API_KEY_HEADER,
-    REQUEST_ID_HEADER,
-    PRIORITY_HEADER,
-    TIMEOUT_HEADER,
-)
-ALLOWED_PREFIXES = ("x-stainless-", "openai-")
-EXPOSED_HEADERS = (REQUEST_ID_HEADER, TENANT_HEADER, "retry-after", "retry-after-ms")
 _REQUESTED = "access-control-request-headers"
 
 
-def allowed(header: str) -> bool:
-    name = header.strip().lower()
-    return name in ALLOWED_HEADERS or name.startswith(ALLOWED_PREFIXES)
+@dataclass(frozen=True, slots=True)
+class CorsHeaders:
+    """Headers a browser's page may send (exactly `allow`, or any that begins with one of `allow_prefixes`)
+    and may read on the answer (`expose`); all lowercase."""
+
+    allow: tuple[str, ...] = ()
+    allow_prefixes: tuple[str, ...] = ()
+    expose: tuple[str, ...] = ()
+
+    @staticmethod
+    def union(parts: Iterable[CorsHeaders]) -> CorsHeaders:
+        allow: dict[str, None] = {}
+        prefixes: dict[str, None] = {}
+        expose: dict[str, None] = {}
+        for part in parts:
+            allow.update(dict.fromkeys(name.lower() for name in part.allow))
+            prefixes.update(dict.fromkeys(prefix.lower() for prefix in part.allow_prefixes))
+            expose.update(dict.fromkeys(name.lower() for name in part.expose))
+        return CorsHeaders(tuple(allow), tuple(prefixes), tuple(expose))
+
+
+#: What every family's callers may send and read, whatever the family.
+SHIM_HEADERS = CorsHeaders(
+    allow=("content-type", REQUEST_ID_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER),
+    expose=(REQUEST_ID_HEADER, TENANT_HEADER, "retry-after"),
+)
 
 
 class BrowserPolicy(CORSMiddleware):
-    def __init__(self, app: ASGIApp, *, origins: tuple[str, ...]) -> None:
+    """`headers()` is what the families declare, asked once the app is built (Starlette builds its
+    middleware on the first request, after every family attached itself)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        origins: tuple[str, ...],
+        headers: Callable[[], CorsHeaders] | None = None,
+    ) -> None:
+        self.declared = CorsHeaders.union((SHIM_HEADERS, *(() if headers is None else (headers(),))))
         super().__init__(
             app,
             allow_origins=list(origins),
             allow_methods=["GET", "POST"],
-            allow_headers=list(ALLOWED_HEADERS),
-            expose_headers=list(EXPOSED_HEADERS),
+            allow_headers=list(self.declared.allow),
+            expose_headers=list(self.declared.expose),
         )
+
+    def allowed(self, header: str) -> bool:
+        name = header.strip().lower()
+        return name in self.declared.allow or name.startswith(self.declared.allow_prefixes)
 
     def preflight_response(self, request_headers: Headers) -> Response:
         """Starlette matches requested headers exactly; the SDK families are matched by prefix here, and
         a preflight whose every header is allowed gets exactly those back (as a `*` policy would)."""
         requested = request_headers.get(_REQUESTED)
-        if requested is None or not all(allowed(h) for h in requested.split(",") if h.strip()):
+        if requested is None or not all(self.allowed(h) for h in requested.split(",") if h.strip()):
             return super().preflight_response(request_headers)
         rest = Headers(raw=[(k, v) for k, v in request_headers.raw if k.lower() != _REQUESTED.encode()])
         response = super().preflight_response(rest)

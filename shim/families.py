@@ -1,7 +1,8 @@
 """The API families (shim/native, shim/openai, ...) as shared code sees them: a registry that each family's
-`attach(app)` joins with its router, its error shape and the schemas it adds to /openapi.json.
+`attach(app)` joins with its router and the edges it declares: its error shape, the headers that carry its
+callers' tokens, what browsers may send it, a path it shares, and the schemas it adds to /openapi.json.
 
-Shared code asks the registry, never a path of its own, two things:
+Shared code asks the registry, never a path of its own:
 
     in_api(path)        is the request the API's (admitted to the in-flight bound, identified, logged)?
                         Yes under any family's router prefix; the probes and /openapi.json are no family's.
@@ -9,22 +10,34 @@ Shared code asks the registry, never a path of its own, two things:
                         request, or, before routing, the route that will (matched as Starlette's router
                         matches: the first full match, else the first route that differs by method only);
                         a request no family's route matches gets the shim's own shape (shim_shape).
+    token_headers(scope)
+                        which headers carry the caller's token (shim.admission.auth), the same way.
+    cors()              what browsers may send and read, over every family (shim.cors).
+
+Two families may serve one path and method (Anthropic's `GET /v1/models` beside OpenAI's): the later one
+declares the request header that selects it (`selected_by`, such as `anthropic-version`); a request that
+carries it goes to that family's route, any other to the earlier family's. Both routes must be FamilyRoutes
+(a family's router is `APIRouter(..., route_class=FamilyRoute)`), which match only the requests of their own
+family; /openapi.json documents the unselected route.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
+from shim.admission.auth import DEFAULT_TOKEN_HEADERS, TokenHeader
+from shim.cors import CorsHeaders
 from shim.errors import ShimError
 from shim.jsonio import JsonResponse
 from shim.openapi import SHIM_ERROR, SHIM_ERROR_SCHEMA, ref, with_errors
@@ -40,6 +53,29 @@ def shim_shape(error: ShimError) -> JsonResponse:
     return JsonResponse(error.to_json(), status_code=error.status, headers=error.headers)
 
 
+class FamilyRoute(APIRoute):
+    """A family's route that can share its path with another family's: it matches a request only when
+    the request carries every header in `requires` and none in `refuses` (set by Families.attach)."""
+
+    requires: tuple[bytes, ...] = ()
+    refuses: tuple[bytes, ...] = ()
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child_scope = super().matches(scope)
+        if match is not Match.NONE and (self.requires or self.refuses):
+            names = {name for name, _ in scope["headers"]}
+            if not names.issuperset(self.requires) or not names.isdisjoint(self.refuses):
+                return Match.NONE, {}
+        return match, child_scope
+
+
+def _shares(route: BaseRoute, other: BaseRoute) -> bool:
+    """Whether two routes answer one path for one method at least."""
+    if not isinstance(route, APIRoute) or not isinstance(other, APIRoute):
+        return False
+    return route.path == other.path and bool((route.methods or set()) & (other.methods or set()))
+
+
 class Family(Protocol):
     """An API family as shim.app sees it: a module (a folder's __init__) that attaches itself."""
 
@@ -52,7 +88,9 @@ class _Member:
     error_shape: ErrorShape
     schemas: Callable[[], dict[str, Any]] | None
     error_schema: dict[str, Any]
-    media_check: MediaCheck | None = None
+    media_check: MediaCheck | None
+    token_headers: tuple[TokenHeader, ...]
+    cors: CorsHeaders
 
 
 @dataclass(slots=True)
@@ -71,19 +109,48 @@ class Families:
         schemas: Callable[[], dict[str, Any]] | None = None,
         error_schema: dict[str, Any] | None = None,
         media_check: MediaCheck | None = None,
+        token_headers: Sequence[TokenHeader] = DEFAULT_TOKEN_HEADERS,
+        cors: CorsHeaders | None = None,
+        selected_by: str | None = None,
     ) -> None:
         """Includes `router` in `app` as a family's: its routes answer errors in `error_shape`, and
         `schemas()` (component schemas by name) joins /openapi.json, where every error status its routes
         can answer is documented with `error_schema` (default: the shim's own shape); `media_check`
-        replaces the JSON-only check of its POST bodies (the v2 family takes the binary tensor extension)."""
+        replaces the JSON-only check of its POST bodies (the v2 family takes the binary tensor extension).
+        Its callers show their token in one of `token_headers` (the first present is read); browsers may
+        send and read what `cors` names, and its token headers; a path it shares with a family attached
+        before it is its own for the requests that carry the header `selected_by`."""
         if not router.prefix.strip("/"):
             raise ValueError("an API family's router needs a prefix (such as /v1): its paths are the API")
+        if not token_headers:
+            raise ValueError("an API family accepts its callers' token in one header at least")
+        if selected_by is not None:
+            self._select(router, selected_by.lower().encode("latin-1"))
         app.include_router(router)
         schema = ref(SHIM_ERROR) if error_schema is None else error_schema
-        self._members.append(_Member(router, error_shape, schemas, schema, media_check))
+        declared = (tuple(token_headers), cors or CorsHeaders())
+        member = _Member(router, error_shape, schemas, schema, media_check, *declared)
+        self._members.append(member)
         root = router.prefix.rstrip("/") + "/"
         if root not in self.api_roots:
             self.api_roots = (*self.api_roots, root)
+
+    def _select(self, router: APIRouter, header: bytes) -> None:
+        """Splits each path `router` shares with an attached family by `header`: the request that carries
+        it is the new family's, any other the earlier family's."""
+        for route in router.routes:
+            for member in self._members:
+                for earlier in member.router.routes:
+                    if not _shares(route, earlier):
+                        continue
+                    if not isinstance(route, FamilyRoute) or not isinstance(earlier, FamilyRoute):
+                        raise ValueError(
+                            f"{getattr(route, 'path', route)} is served by two families: both routers need "
+                            "route_class=shim.families.FamilyRoute to share it"
+                        )
+                    route.requires = (*route.requires, header)
+                    route.include_in_schema = False  # OpenAPI has one operation per path and method
+                    earlier.refuses = (*earlier.refuses, header)
 
     def in_api(self, path: str) -> bool:
         return path.startswith(self.api_roots)
@@ -97,6 +164,23 @@ class Families:
         """The body check of the family that will serve the request; None: the shim's JSON-only one."""
         member = self._member(scope)
         return None if member is None else member.media_check
+
+    def token_headers(self, scope: Scope) -> tuple[TokenHeader, ...]:
+        """The token headers of the family that will serve the request; for a request no family's route
+        matches, every family's (a token the shim knows is not refused for the header it came in)."""
+        declared = [member.token_headers for member in self._members]
+        if len(set(declared)) == 1:  # the common case: one declaration, no routes to match
+            return declared[0]
+        member = self._member(scope)
+        if member is not None:
+            return member.token_headers
+        return tuple(dict.fromkeys(h for headers in declared for h in headers)) or DEFAULT_TOKEN_HEADERS
+
+    def cors(self) -> CorsHeaders:
+        """What a browser's page may send and read, over every family: their declarations and the headers
+        that carry their callers' tokens."""
+        tokens = CorsHeaders(allow=tuple(h.key for m in self._members for h in m.token_headers))
+        return CorsHeaders.union((tokens, *(member.cors for member in self._members)))
 
     def _member(self, scope: Scope) -> _Member | None:
         routed = scope.get("route")

@@ -20,7 +20,9 @@ from typing import Any
 
 from sluice.inference.v1 import inference_pb2 as pb
 
-MAX_LOGPROBS = 5  # as OpenAI's completions API; each alternative costs a top-k over the vocabulary
+#: Alternatives per token a request may ask for (`logprobs`), as OpenAI's completions API allows: each costs
+#: a top-k over the vocabulary. The server refuses more; the shim's OpenAI models validate against it too.
+MAX_LOGPROBS = 5
 
 
 @dataclass(frozen=True, slots=True)

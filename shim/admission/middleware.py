@@ -1,7 +1,7 @@
 """The ASGI middleware that admits API requests to the shim's in-flight bound (shim.admission.bound).
 
-Which requests are the API, and in whose error shape a refusal is answered, it asks the family registry
-(shim.families): it knows no family and no path of its own.
+Which requests are the API, in whose error shape a refusal is answered and which headers carry a token, it
+asks the family registry (shim.families): it knows no family and no path of its own.
 
 A request is refused with 503 SHIM_OVERLOADED at once when every slot is held, before its body is read.
 A POST's body must declare JSON (415 otherwise) and is then read in full, within `max_body_bytes` (413)
@@ -88,7 +88,7 @@ class AdmissionMiddleware:
         send = _identified(send, identity, log)
         try:
             if self.keys is not None:  # on the headers alone: a refused body is never read nor parsed
-                token, tenant = check(self.keys, headers)
+                token, tenant = check(self.keys, headers, self.families.token_headers(scope))
                 FORWARDED_TOKEN.set(token)
                 TENANT.set(tenant.name)
                 identity.append((TENANT_HEADER.encode(), tenant.name.encode()))

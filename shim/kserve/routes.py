@@ -13,6 +13,7 @@ from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 from starlette.responses import Response
 
 from shim.errors import upstream_errors
+from shim.families import FamilyRoute
 from shim.jsonio import JsonResponse
 from shim.kserve import generation, translate
 from shim.kserve.models import config_to_json, metadata_to_json
@@ -22,7 +23,7 @@ from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
 from wire.metadata import FORWARDED_FOR
 
-router = APIRouter(prefix="/v2")
+router = APIRouter(prefix="/v2", route_class=FamilyRoute)
 
 # What /openapi.json says of the routes: bodies are JSON objects (the binary extension appends tensors after
 # one); the probes answer 503 in a shape of their own; infer may answer with binary tensors appended.

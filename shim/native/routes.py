@@ -1,6 +1,6 @@
 """The native family's routes: /v1/infer, /v1/generate (JSON or SSE) and /v1/sluice/models, each a thin
 parse -> translate -> call -> translate path over the shared upstream channel; a generation goes through
-the shim's one stream consumer (shim.stream.consumer), rendered by shim.native.generation.
+the shim's generation serving (shim.stream.serving), rendered by shim.native.generation.
 
 The admission middleware has already read each body (bounded in size and time); routes parse it.
 """
@@ -17,17 +17,18 @@ from starlette.responses import Response
 
 from shim.admission.request_body import parse_body
 from shim.errors import upstream_errors
+from shim.families import FamilyRoute
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
 from shim.native import generation, translate
 from shim.native.request_models import GenerateBody, InferBody
 from shim.openapi import documented
-from shim.stream.consumer import Generations, respond
+from shim.stream.serving import serve_generation
 from shim.upstream.call_options import call_options
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=FamilyRoute)
 
 
 def _upstream_errors(
@@ -54,24 +55,15 @@ async def infer(request: Request) -> Response:
 
 @router.post("/generate", **documented(GenerateBody, None, streams=True))
 async def generate(request: Request) -> Response:
-    settings = settings_of(request)
     body = parse_body(await request.body(), GenerateBody)
-    options = call_options(body.priority, request.headers, default_timeout_s=settings.generate_timeout_s)
-    message = translate.generate_request_to_proto(body, priority=options.priority)
-    generations = Generations(
-        upstream_of(request),
-        [message],
-        timeout_s=options.timeout_s,
-        reconnect_s=settings.reconnect_backoff_s,
-        json_field=translate.json_field_for,
-    )
-    heartbeat_s = settings.sse_heartbeat_s
-    return await respond(
+    return await serve_generation(
         request,
-        generations,
+        lambda priority: [translate.generate_request_to_proto(body, priority=priority)],
         stream=body.stream,
         answer=lambda choices: JsonResponse(generation.answer(choices[0], model=body.model)),
-        events=lambda calls: generation.events(calls, heartbeat_s=heartbeat_s, model=body.model),
+        events=lambda calls, heartbeat_s: generation.events(calls, heartbeat_s=heartbeat_s, model=body.model),
+        priority=body.priority,
+        json_field=translate.json_field_for,
     )
 
 

@@ -24,7 +24,9 @@ MAX_N = 16  # choices per request: each is a stream of its own
 Seed = UInt64
 Probability = Annotated[float, within(BOUNDS["top_p"])]
 Temperature = Annotated[float, within(BOUNDS["temperature"], high=2)]  # OpenAI's API stops at 2
-Stop = Text | Annotated[list[Text], Field(max_length=4)] | None
+# How many stop sequences a request may give is the server's setting (--max-stop-sequences): it refuses more
+# (400, `param: stop`), so the limit is checked once, where it is configured.
+Stop = Text | list[Text] | None
 
 
 class Unsupported(ValueError):

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from shim.admission.request_body import parse_json, validation_error
 from shim.errors import FieldViolation, ShimError, upstream_errors
+from shim.families import FamilyRoute
 from shim.identity import current_request_id
 from shim.jsonio import JsonResponse
 from shim.metrics import Timer, metrics_of
@@ -27,13 +28,14 @@ from shim.openai.structured import ParamError
 from shim.openapi import documented
 from shim.refusals import invalid_argument
 from shim.request_metrics import request_metrics
-from shim.stream.consumer import Choice, Generations, respond
+from shim.stream.consumer import Choice
+from shim.stream.serving import serve_generation
 from shim.upstream.call_options import CallOptions, call_options
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.disconnect import ClientDisconnected, client_left, unless_disconnected
 from wire.metadata import USER
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=FamilyRoute)
 BodyT = TypeVar("BodyT", bound=BaseModel)
 USER_METADATA = USER
 USER_FORWARD_LIMIT = 256
@@ -100,19 +102,9 @@ async def _create(
     request: Request, kind: type[ChatCompletionRequest | CompletionRequest], dialect: ModuleType
 ) -> Response:
     """A chat completion or a completion: `dialect` (shim.openai.chat or .completions) builds the Generate
-    calls and shapes their answer; the shim's one stream consumer runs them."""
-    settings = settings_of(request)
+    calls and shapes their answer; the shim's generation serving (shim.stream.serving) runs them."""
     body = parse(await request.body(), kind)
     request_id: str = dialect.new_id()
-    options = _options(request, settings.generate_timeout_s)
-    generations = Generations(
-        upstream_of(request),
-        dialect.generate_requests(body, request_id=request_id, priority=options.priority),
-        timeout_s=options.timeout_s,
-        reconnect_s=settings.reconnect_backoff_s,
-        metadata=_metadata(body),
-        json_field=openai_param,
-    )
 
     def answer(choices: list[Choice]) -> Response:
         failed = next((c.error for c in choices if c.error is not None), None)
@@ -125,13 +117,16 @@ async def _create(
         )
         return JsonResponse(answered)
 
-    heartbeat_s = settings.sse_heartbeat_s
-    return await respond(
+    return await serve_generation(
         request,
-        generations,
+        lambda priority: dialect.generate_requests(body, request_id=request_id, priority=priority),
         stream=body.stream,
         answer=answer,
-        events=lambda calls: dialect.chunks(body, calls, request_id=request_id, heartbeat_s=heartbeat_s),
+        events=lambda calls, heartbeat_s: dialect.chunks(
+            body, calls, request_id=request_id, heartbeat_s=heartbeat_s
+        ),
+        metadata=_metadata(body),
+        json_field=openai_param,
         timed_as=request.url.path,
     )
 
