@@ -99,10 +99,10 @@ class DynamicBatcher:
         if queue is None:
             queue = self._queues[key] = deque()
         queue.append(_Pending(item.inputs, future, time.monotonic(), deadline, admission_wait_s))
-        # The dispatcher decides on a bucket's first item (a batch to start forming) and on a full bucket
-        # (it may go now); an item between them changes nothing until a batch ends, which wakes it anyway.
-        # Waking it for every item cost the event loop a task step per call.
-        if len(queue) == 1 or len(queue) >= self.max_batch_size:
+        # The dispatcher decides on a bucket's first item (a batch to start forming) and as it fills (it may
+        # go now); an item before or past that changes nothing until a batch ends, which wakes it anyway
+        # (and it takes every full batch there is once awake). Waking it per item cost a task step per call.
+        if len(queue) == 1 or len(queue) == self.max_batch_size:
             self._wake.set()
         return await future  # a cancelled caller cancels the future; the batcher skips it
 
