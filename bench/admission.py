@@ -81,10 +81,21 @@ def sides(args: argparse.Namespace) -> list[Side]:
     # The gRPC baselines: what a team writes in an afternoon, and grpc.aio doing no work at all.
     plain = [PYTHON, "-m", "bench.plain_batcher", "--port", "0", "--torch-threads", threads]
     noop = [PYTHON, "-m", "bench.noop_grpc", "--port", "0"]
+    # The same MLP as a user's plugin serves it: eager, not traced (the plain batcher runs it so too).
+    eager = [*base, "--plugins", "bench.eager_mlp"]
     plain_ready, noop_ready = r"plain batcher ready", r"noop grpc ready"
     out = [
         Side(
             "sluice", "sluice gRPC (tuned)", "grpc", base + no_metrics + tuned, grpc_ready, port, args.callers
+        ),
+        Side(
+            "sluice-eager",
+            "sluice gRPC (tuned), eager plugin",
+            "grpc",
+            eager + no_metrics + tuned,
+            grpc_ready,
+            port,
+            args.callers,
         ),
         Side("naive", "naive FastAPI", args.http_client, naive, naive_ready, port, args.callers),
         Side("plain", "plain gRPC batcher", "grpc", plain, plain_ready, port, args.callers),
@@ -99,6 +110,16 @@ def sides(args: argparse.Namespace) -> list[Side]:
                 "sluice gRPC (tuned), h2load",
                 "h2load-grpc",
                 base + with_metrics + tuned,
+                grpc_ready,
+                port,
+                args.callers,
+                metrics,
+            ),
+            Side(
+                "sluice-eager-h2load",
+                "sluice gRPC (tuned), eager plugin, h2load",
+                "h2load-grpc",
+                eager + with_metrics + tuned,
                 grpc_ready,
                 port,
                 args.callers,
@@ -130,6 +151,11 @@ def sides(args: argparse.Namespace) -> list[Side]:
         out.append(
             Side("defaults", "sluice gRPC (defaults)", "grpc", base + no_metrics, grpc_ready, port, defaults)
         )
+    if args.sides:
+        unknown = set(args.sides) - {side.key for side in out}
+        if unknown:
+            raise ValueError(f"unknown --sides {sorted(unknown)}; known: {[side.key for side in out]}")
+        out = [side for side in out if side.key in args.sides]
     return out
 
 
@@ -204,6 +230,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quiet-wait-s", type=float, default=10.0, help="but no longer than this (10)")
     parser.add_argument("--skip-defaults", action="store_true", help="skip Sluice with default settings")
     parser.add_argument(
+        "--sides",
+        default="",
+        help="comma-separated side keys to run (e.g. sluice-h2load,sluice-eager-h2load,plain-h2load); all",
+    )
+    parser.add_argument("--skip-probe", action="store_true", help="skip the refusal probe")
+    parser.add_argument(
         "--load-generator",
         choices=("both", "python"),
         default="both",
@@ -212,6 +244,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="2 s windows, 1 s warm-up, 1 repeat")
     args = parser.parse_args(argv)
     args.callers = tuple(int(c) for c in args.callers.split(",") if c.strip())
+    args.sides = tuple(s.strip() for s in args.sides.split(",") if s.strip())
     args.h2load = args.load_generator == "both" and h2load_path() is not None
     quick = args.quick
     args.duration_s = args.duration_s or (2.0 if quick else 5.0)
@@ -250,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
         for side in plan[repeat % len(plan) :] + plan[: repeat % len(plan)]:  # rotate: no side always first
             for callers, point in run_side(side, window, notes, args).items():
                 results[side.key][callers].append(point)
-        probes.append(run_probe(args, window))
+        if not args.skip_probe:
+            probes.append(run_probe(args, window))
     elapsed = time.monotonic() - started
     raw_loop = RawLoop(RAW_BATCH, raw, raw_cores, raw_other)
     print_report(args, results, labels, raw_loop, notes, load_before, elapsed)

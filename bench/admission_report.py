@@ -40,15 +40,18 @@ class Generator:
     """One load generator's sides, by their keys in the results."""
 
     name: str
-    sluice: str
+    sluice: str  # the embedded MLP, traced
     naive: str
     plain: str
     noop: str
+    eager: str  # the same MLP as a user's eager plugin (bench/eager_mlp.py)
 
 
 GENERATORS = (
-    Generator("Python clients", "sluice", "naive", "plain", "noop"),
-    Generator("h2load", "sluice-h2load", "naive-h2load", "plain-h2load", "noop-h2load"),
+    Generator("Python clients", "sluice", "naive", "plain", "noop", "sluice-eager"),
+    Generator(
+        "h2load", "sluice-h2load", "naive-h2load", "plain-h2load", "noop-h2load", "sluice-eager-h2load"
+    ),
 )
 
 
@@ -118,7 +121,7 @@ def print_report(
     print("errors other than refusals:")
     print(report.errors_note(results, labels))
     print()
-    measured = [g for g in GENERATORS if g.sluice in results]
+    measured = [g for g in GENERATORS if g.sluice in results or g.eager in results]
     empty: Side = {}
 
     def side(key: str) -> Side:
@@ -134,6 +137,9 @@ def print_report(
             for callers in sorted(set(sluice) & set(side(other))):
                 pairs = report.paired(ok(sluice, callers), ok(side(other), callers))
                 print(report.ratio_line(f"[{g.name}] sluice @ {callers} / {label} @ {callers} ok/s", pairs))
+        for callers in sorted(set(side(g.eager)) & set(side(g.plain))):
+            pairs = report.paired(ok(side(g.eager), callers), ok(side(g.plain), callers))
+            print(report.ratio_line(f"[{g.name}] sluice eager plugin @ {callers} / plain @ {callers}", pairs))
     print()
     forward = raw.forward_cpu_s()
     print("server CPU per call outside the forward pass, µs (svc cores / ok/s), where batches fill (>= 64):")
@@ -142,9 +148,10 @@ def print_report(
         "and the plain batcher; nothing for the no-op"
     )
     for g in measured:
-        for callers in sorted(c for c in side(g.sluice) if c >= 64):
+        for callers in sorted(c for c in {*side(g.sluice), *side(g.eager)} if c >= 64):
             cells = [
                 f"sluice {micros(cpu_per_call_s(side(g.sluice), callers, forward))}",
+                f"sluice eager plugin {micros(cpu_per_call_s(side(g.eager), callers, forward))}",
                 f"plain batcher {micros(cpu_per_call_s(side(g.plain), callers, forward))}",
                 f"no-op {micros(cpu_per_call_s(side(g.noop), callers, None))}",
             ]
@@ -169,6 +176,11 @@ def print_report(
                 f"[{g.name}] sluice @ 64 / plain batcher @ 64 (throughput)",
                 report.paired(ok(sluice, 64), ok(plain, 64)),
                 1.3,
+            ),
+            report.Target(
+                f"[{g.name}] sluice eager plugin @ 64 / plain batcher @ 64 (throughput, same eager module)",
+                report.paired(ok(side(g.eager), 64), ok(plain, 64)),
+                1.2,
             ),
             report.Target(
                 f"[{g.name}] sluice goodput @ 256 / @ 64", report.paired(ok(sluice, 256), ok(sluice, 64)), 0.9

@@ -139,20 +139,23 @@ def guarded_handler(
     async def guarded_unary(request: Any, context: Context) -> Any:
         call_log = _CallLog.sampled(access_log, name, request, context)
         traced = tracer.call(name, request, context) if tracer is not None else None
-        with call_log or _UNLOGGED, traced or _UNLOGGED, _finally(finish):
-            slot = await admit(request, context, method)
-            if traced is not None:
-                traced.admit(ADMISSION_WAIT.get())
-            context.set_trailing_metadata(_identity(request))
-            try:
-                response = await unary_behaviour(request, context)
+        with call_log or _UNLOGGED, traced or _UNLOGGED:
+            try:  # not a generator context manager: building one per call showed in the event loop
+                slot = await admit(request, context, method)
+                if traced is not None:
+                    traced.admit(ADMISSION_WAIT.get())
+                context.set_trailing_metadata(_identity(request))
+                try:
+                    response = await unary_behaviour(request, context)
+                finally:
+                    slot.release()
+                if call_log is not None:
+                    call_log.answer = response
+                if traced is not None:
+                    traced.answer = response
+                return response
             finally:
-                slot.release()
-            if call_log is not None:
-                call_log.answer = response
-            if traced is not None:
-                traced.answer = response
-            return response
+                finish()
 
     return grpc.unary_unary_rpc_method_handler(
         guarded_unary, request_deserializer=read, response_serializer=handler.response_serializer
@@ -178,7 +181,7 @@ def _identity(request: Any) -> tuple[tuple[str, str], ...]:
     """The trailers that say which call this was, and on whose behalf. A caller's request id that is not
     printable ASCII (all gRPC metadata may carry) is percent-encoded: a raw one would fail the call."""
     request_id = clip(request.request_id, 256)  # clipped first: the clip marker itself is not ASCII
-    if not all(" " <= ch <= "~" for ch in request_id):
+    if not (request_id.isascii() and request_id.isprintable()):  # printable ASCII: " " to "~"
         request_id = urllib.parse.quote(request_id, safe="")
     pairs = ((REQUEST_ID_KEY, request_id),)
     tenant = CALLER.get()

@@ -95,10 +95,15 @@ class DynamicBatcher:
         the admission wait given here plus the time the batch took to form."""
         future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
         key = self.model.bucket(item.inputs)
-        self._queues.setdefault(key, deque()).append(
-            _Pending(item.inputs, future, time.monotonic(), deadline, admission_wait_s)
-        )
-        self._wake.set()
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+        queue.append(_Pending(item.inputs, future, time.monotonic(), deadline, admission_wait_s))
+        # The dispatcher decides on a bucket's first item (a batch to start forming) and as it fills (it may
+        # go now); an item before or past that changes nothing until a batch ends, which wakes it anyway
+        # (and it takes every full batch there is once awake). Waking it per item cost a task step per call.
+        if len(queue) == 1 or len(queue) == self.max_batch_size:
+            self._wake.set()
         return await future  # a cancelled caller cancels the future; the batcher skips it
 
     async def run(self) -> None:

@@ -7,7 +7,7 @@ from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
 
 from server.codec.constraints import decode_constraint, decode_tool_calls, decode_tools
-from server.codec.tensors import TO_PB, decode_tensor, encode_tensor
+from server.codec.tensors import TO_PB, decode_tensor, fill_tensor
 from server.domain import (
     ChatTurn,
     FinishReason,
@@ -67,17 +67,15 @@ def decode_infer(request: pb.InferRequest) -> InferItem:
 
 
 def encode_infer(model: str, request_id: str, result: InferResult, *, typed: bool) -> pb.InferResponse:
-    return pb.InferResponse(
-        model=model,
-        model_version=result.model_version,
-        request_id=request_id,
-        outputs=[encode_tensor(name, array, typed=typed) for name, array in result.outputs.items()],
-        timings=pb.Timings(
-            queue_wait=_duration(result.queue_wait_s),
-            compute=_duration(result.compute_s),
-            batch_size=result.batch_size,
-        ),
-    )
+    """Fills the response in place: submessages built apart are copied in whole when handed over."""
+    out = pb.InferResponse(model=model, model_version=result.model_version, request_id=request_id)
+    for name, array in result.outputs.items():
+        fill_tensor(out.outputs.add(), name, array, typed=typed)
+    timings = out.timings
+    _set_duration(timings.queue_wait, result.queue_wait_s)
+    _set_duration(timings.compute, result.compute_s)
+    timings.batch_size = result.batch_size
+    return out
 
 
 def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
@@ -197,5 +195,9 @@ def _spec(spec: TensorSpec) -> pb.TensorSpec:
 
 def _duration(seconds: float) -> duration_pb2.Duration:
     out = duration_pb2.Duration()
-    out.FromNanoseconds(int(seconds * 1e9))
+    _set_duration(out, seconds)
     return out
+
+
+def _set_duration(out: duration_pb2.Duration, seconds: float) -> None:
+    out.FromNanoseconds(int(seconds * 1e9))

@@ -59,20 +59,22 @@ def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
     shape = check_shape(tensor.shape, path)
     count = math.prod(shape)
     typed_name = _TYPED_FIELD[dtype]
-    has_typed = tensor.HasField("contents")
-    if tensor.raw_contents:
+    raw = tensor.raw_contents  # read once: each read of a bytes field builds a new object
+    if raw:
         if dtype is DType.STRING:
             raise InvalidArgument("STRING tensors use contents.string_contents", field=f"{path}.raw_contents")
-        if has_typed and len(getattr(tensor.contents, typed_name)):
+        if tensor.HasField("contents") and len(getattr(tensor.contents, typed_name)):
             raise InvalidArgument("set raw_contents or contents, not both", field=f"{path}.raw_contents")
-        expected = count * dtype.numpy.itemsize
-        if len(tensor.raw_contents) != expected:
+        numpy_dtype = dtype.numpy
+        expected = count * numpy_dtype.itemsize
+        if len(raw) != expected:
             raise InvalidArgument(
-                f"{path}.raw_contents holds {len(tensor.raw_contents)} bytes; shape {clip(list(shape))} of "
+                f"{path}.raw_contents holds {len(raw)} bytes; shape {clip(list(shape))} of "
                 f"{dtype.name} needs {expected}",
                 field=f"{path}.raw_contents",
             )
-        return np.frombuffer(tensor.raw_contents, dtype=dtype.numpy).reshape(shape)
+        array = np.frombuffer(raw, dtype=numpy_dtype)
+        return array if len(shape) == 1 else array.reshape(shape)
     values = getattr(tensor.contents, typed_name)
     if len(values) != count:
         raise InvalidArgument(
@@ -87,14 +89,23 @@ def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
 
 def encode_tensor(name: str, array: Array, *, typed: bool) -> pb.Tensor:
     """Encodes one output; raw bytes by default (one copy, from the output buffer into the message)."""
+    out = pb.Tensor()
+    fill_tensor(out, name, array, typed=typed)
+    return out
+
+
+def fill_tensor(out: pb.Tensor, name: str, array: Array, *, typed: bool) -> None:
+    """Writes one output into `out`, a tensor already in its response (`outputs.add()`): building it apart
+    and handing it to the response copied it whole, bytes and all."""
+    out.name = name
+    out.shape.extend(array.shape)
     if array.dtype == object:
-        out = pb.Tensor(name=name, dtype=pb.DATA_TYPE_STRING, shape=array.shape)
+        out.dtype = pb.DATA_TYPE_STRING
         out.contents.string_contents.extend(str(v) for v in array.reshape(-1))
-        return out
+        return
     dtype = _NUMPY_TO_DTYPE[array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype]
-    out = pb.Tensor(name=name, dtype=TO_PB[dtype], shape=array.shape)
+    out.dtype = TO_PB[dtype]
     if typed:
         getattr(out.contents, _TYPED_FIELD[dtype]).extend(array.reshape(-1).tolist())
     else:
         out.raw_contents = np.ascontiguousarray(array, dtype=dtype.numpy).tobytes()
-    return out

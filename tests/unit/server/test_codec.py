@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 
-from server.codec.messages import decode_generate, encode_chunk
+from server.codec.messages import decode_generate, encode_chunk, encode_infer
 from server.codec.tensors import decode_tensor, encode_tensor
 from server.codec.wire import find_invalid_utf8
-from server.domain import FinishReason, StreamError, TokenChunk, Usage
+from server.domain import FinishReason, InferResult, StreamError, TokenChunk, Usage
 from server.errors import InvalidArgument
 
 
@@ -81,3 +81,31 @@ def test_final_chunk_carries_reason_usage_and_error() -> None:
     assert msg.finish_reason == pb.FINISH_REASON_CANCELLED
     assert (msg.usage.prompt_tokens, msg.usage.completion_tokens, msg.usage.total_tokens) == (3, 4, 7)
     assert (msg.error.code, msg.error.reason) == (1, "STALLED_CONSUMER")
+
+
+def test_an_infer_response_filled_in_place_carries_every_output_and_the_timings() -> None:
+    result = InferResult(
+        {
+            "y": np.arange(4, dtype=np.float32).reshape(2, 2),
+            "big_endian": np.array([1, 2], dtype=">i4"),
+            "labels": np.array(["a", "b"], dtype=object),
+        },
+        "3",
+        queue_wait_s=1.25,
+        compute_s=0.002,
+        batch_size=7,
+    )
+    raw = encode_infer("m", "id-1", result, typed=False)
+    assert (raw.model, raw.model_version, raw.request_id) == ("m", "3", "id-1")
+    assert [t.name for t in raw.outputs] == ["y", "big_endian", "labels"]
+    assert list(raw.outputs[0].shape) == [2, 2] and raw.outputs[0].dtype == pb.DATA_TYPE_FLOAT32
+    assert raw.outputs[0].raw_contents == np.arange(4, dtype="<f4").tobytes()
+    assert raw.outputs[1].dtype == pb.DATA_TYPE_INT32
+    assert raw.outputs[1].raw_contents == np.array([1, 2], dtype="<i4").tobytes()  # little-endian on the wire
+    assert list(raw.outputs[2].contents.string_contents) == ["a", "b"]
+    assert raw.timings.queue_wait.ToNanoseconds() == 1_250_000_000
+    assert raw.timings.compute.ToNanoseconds() == 2_000_000 and raw.timings.batch_size == 7
+    typed = encode_infer("m", "", result, typed=True)
+    assert list(typed.outputs[0].contents.fp32_contents) == [0.0, 1.0, 2.0, 3.0]
+    assert not typed.outputs[0].raw_contents
+    assert decode_tensor(raw.outputs[0], "outputs[0]").tolist() == [[0.0, 1.0], [2.0, 3.0]]

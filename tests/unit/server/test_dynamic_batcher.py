@@ -321,3 +321,40 @@ def test_variable_length_items_are_batched_by_bucket() -> None:
         assert len(model.batches) == 3  # one batch per length: the delay gathered each bucket whole
 
     drive(model, scenario, max_delay_s=0.05)
+
+
+def test_items_queued_behind_a_running_batch_wake_the_dispatcher_only_when_they_can_go() -> None:
+    """An item that can neither start a batch nor fill one changes no decision: the dispatcher is not run for
+    it (a pass per call was a task step per call on the event loop), yet the full batch goes at once and the
+    rest goes when the running batch ends."""
+    model = RecordingModel()
+
+    async def scenario(batcher: DynamicBatcher) -> None:
+        passes = 0
+        dispatch = batcher._dispatch_ready
+
+        async def counted() -> None:
+            nonlocal passes
+            passes += 1
+            await dispatch()
+
+        batcher._dispatch_ready = counted  # type: ignore[method-assign]
+        blocker = await running_batch(model, batcher)
+        tasks = []
+        for i in range(2 * MAX_BATCH + 3):  # one by one, as calls arrive, with loop turns between them
+            tasks.append(asyncio.create_task(batcher.submit(item(i), None)))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        await until(
+            lambda: batcher.pending == MAX_BATCH + 3, "a full batch handed over behind the running one"
+        )
+        await asyncio.sleep(0.05)  # time for any pass still due
+        # The lone blocker; then the first item and the one that fills a batch, twice (the second full batch
+        # waits: two are handed over already); none for the three past it.
+        assert passes <= 5, f"{passes} dispatcher passes for {2 * MAX_BATCH + 4} items"
+        model.hold.set()
+        await blocker
+        await asyncio.gather(*tasks)
+        assert [len(b) for b in model.batches] == [1, MAX_BATCH, MAX_BATCH, 3]
+
+    drive(model, scenario, max_delay_s=0.0)
