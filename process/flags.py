@@ -45,10 +45,13 @@ def flag_name(field_name: str) -> str:
 
 
 def add_flags(parser: argparse.ArgumentParser, settings_type: type[Any], *, skip: Iterable[str] = ()) -> None:
-    """Adds one flag per field of `settings_type` (a dataclass whose fields were made with `setting`)."""
+    """Adds one flag per field of `settings_type` (a dataclass whose fields were made with `setting`): its own
+    fields first, in their order, then those it inherits (the server's admission policies declare theirs)."""
     hints = typing.get_type_hints(settings_type)
     skipped = set(skip)
-    for field in dataclasses.fields(settings_type):
+    own = vars(settings_type).get("__annotations__", {})
+    fields = dataclasses.fields(settings_type)
+    for field in [f for f in fields if f.name in own] + [f for f in fields if f.name not in own]:
         if field.name in skipped:
             continue
         kind, optional = _kind(hints[field.name])

@@ -97,7 +97,7 @@ class SluiceServer:
             stall_timeout_s=settings.stall_timeout_s,
             access_log=AccessLog(settings.access_log),
             keys=keys,
-            max_request_bytes=settings.max_request_bytes_in_flight,
+            settings=settings,  # each policy reads the settings it declares
             tracing=self.tracing,
         )
         self.servicer = InferenceServicer(self.metrics)
@@ -184,8 +184,9 @@ class SluiceServer:
     async def load(self) -> None:
         """Loads and warms the models on every device, then admits calls and reports SERVING."""
         self.tasks.append(asyncio.create_task(self.interceptor.watchdog.run(), name="write-watchdog"))
+        prompt_check = self.interceptor.policies.prompt_check  # policies that count the prompt's tokens
         for placement in self.placements:
-            await place(self.settings, placement, self.metrics)
+            await place(self.settings, placement, self.metrics, prompt_check=prompt_check)
             self.tasks += placement.tasks
             self.workers += placement.workers
         first = self.placements[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from process.flags import FlagParser, add_flags, flag_name, setting, values_from
+from server.admission.policies import PolicySettings
 from server.model_selection import MODELS_HELP, MODELS_SHOWN, check_hf_models, hf_directories, served_models
 from server.transport.tls import TlsFiles
 
@@ -21,8 +22,9 @@ FORMER_FLAGS: Mapping[str, str] = {"lm_size": "byte-lm.size", "mlp_width": "mlp.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    """Server configuration; None for a capacity setting means "derive it from measurement"."""
+class Settings(PolicySettings):
+    """Server configuration; None for a capacity setting means "derive it from measurement". The admission
+    policies' own settings (--max-request-bytes-in-flight, ...) are inherited: each policy declares them."""
 
     host: str = setting("127.0.0.1", help="interface the gRPC port binds")
     port: int = setting(50051, help="gRPC port; 0 picks a free one")
@@ -88,11 +90,6 @@ class Settings:
     )
     max_connection_age_grace_s: float = setting(
         600.0, help="time an aged connection's calls get to finish", unit="seconds"
-    )
-    max_request_bytes_in_flight: int = setting(
-        512 * 1024 * 1024,
-        help="request bytes admitted and not yet answered; more are refused (RESOURCE_EXHAUSTED) unparsed",
-        unit="bytes",
     )
     handshake_timeout_s: float = setting(
         10.0, help="a connection that has not started HTTP/2 by then is closed", unit="seconds"
@@ -177,6 +174,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
+        PolicySettings.__post_init__(self)  # each policy checks its own (super() fails in a slots class)
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
         _check(
             (self.tls_cert is None) == (self.tls_key is None),
@@ -186,7 +184,6 @@ class Settings:
         _check(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca", "needs --tls-cert")
         _check(1 <= self.frontends <= 64, "frontends", "must be 1..64")
         _check(self.max_streams_per_connection >= 1, "max_streams_per_connection", "must be >= 1")
-        _check(self.max_request_bytes_in_flight >= 1, "max_request_bytes_in_flight", "must be >= 1")
         for name in ("max_connection_idle_s", "max_connection_age_s", "max_connection_age_grace_s"):
             _check(getattr(self, name) > 0, name, "must be > 0")
         _check(
