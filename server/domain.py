@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from server.priority import Priority as Priority  # re-exported: the codec and the scheduler name it here
 from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 from wire.sampling import Sampling
 
@@ -26,14 +27,6 @@ class DType(enum.Enum):
     @property
     def numpy(self) -> np.dtype[np.generic]:
         return np.dtype(self.value)
-
-
-class Priority(enum.IntEnum):
-    """Order among waiting requests; larger is served first."""
-
-    LOW = 0
-    NORMAL = 1
-    HIGH = 2
 
 
 class ModelKind(enum.Enum):

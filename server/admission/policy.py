@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # names in annotations only: the policies' settings are read 
     from server.admission.gate import AdmissionGate
     from server.admission.policy_context import PolicyContext
     from server.admission.reader import GuardedMethod
-    from server.domain import GenerateSpec, Priority
+    from server.domain import GenerateSpec
+    from server.priority import Priority
 
 Release = Callable[[], None]
 PromptCheck = Callable[[str, "GenerateSpec", int], "SluiceError | None"]

@@ -5,6 +5,8 @@ prompt's token count is asked by the Generate scheduler once it has tokenized, b
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -56,6 +58,15 @@ def test_the_servers_own_flags_come_before_those_the_policies_declare() -> None:
     flags = re.findall(r"\n  (--[a-z-]+)", parser().format_help())
     assert flags[:2] == ["--host", "--port"]
     assert flags.index("--max-request-bytes-in-flight") > flags.index("--otlp-sampling-ratio")
+
+
+def test_the_settings_stay_light_though_they_import_the_policies() -> None:
+    """Front-end processes and `sluice up` load the server's Settings, and with them every policy's settings:
+    neither torch nor numpy may come along (a front end grew by 11 MB when the tenants brought numpy)."""
+    probe = "import sys, server.config; "
+    probe += "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy'}))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
 
 
 class PromptBound(AdmissionPolicy):
