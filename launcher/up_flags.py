@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from process.flags import FlagParser, add_flags, flag_name
-from server.config import FORMER_FLAGS, Settings, add_former_flags, former_options
+from server.config import Settings
+from server.former_flags import FORMER_FLAGS, add_former_flags, former_options
 from shim.config import ShimSettings
 
 Child = Literal["server", "shim"]

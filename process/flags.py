@@ -45,10 +45,11 @@ def flag_name(field_name: str) -> str:
 
 
 def add_flags(parser: argparse.ArgumentParser, settings_type: type[Any], *, skip: Iterable[str] = ()) -> None:
-    """Adds one flag per field of `settings_type` (a dataclass whose fields were made with `setting`)."""
+    """Adds one flag per field of `settings_type` (a dataclass whose fields were made with `setting`), in
+    declared_order."""
     hints = typing.get_type_hints(settings_type)
     skipped = set(skip)
-    for field in dataclasses.fields(settings_type):
+    for field in declared_order(settings_type):
         if field.name in skipped:
             continue
         kind, optional = _kind(hints[field.name])
@@ -60,6 +61,15 @@ def add_flags(parser: argparse.ArgumentParser, settings_type: type[Any], *, skip
             metavar=_metavar(kind),
             help=help_text(field),
         )
+
+
+def declared_order(settings_type: type[Any]) -> list[dataclasses.Field[Any]]:
+    """The fields of `settings_type`, the most derived class's first, each class's in its own order: the
+    server's Settings lists its own flags before those the admission policies declare for it to inherit
+    (a dataclass puts inherited fields first)."""
+    fields = {field.name: field for field in dataclasses.fields(settings_type)}
+    names = [name for kind in settings_type.__mro__ for name in vars(kind).get("__annotations__", {})]
+    return [fields[name] for name in dict.fromkeys(names) if name in fields]
 
 
 def help_text(field: dataclasses.Field[Any]) -> str:

@@ -9,7 +9,6 @@ import gc
 import importlib.metadata
 import logging
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import cast
@@ -18,7 +17,6 @@ import grpc
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
@@ -29,31 +27,27 @@ from process.tracing import start_span_export
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
-from server.admission.reader import GuardedMethod
 from server.admission.tenants import Keys
 from server.batching.worker import ModelWorker
 from server.config import Settings
 from server.frontends.engine import FrontendPool
 from server.kserve.methods import SERVICE as KSERVE_SERVICE
-from server.kserve.methods import kserve_methods
 from server.kserve.servicer import KServeServicer
 from server.kserve.shm import SharedMemory
+from server.methods import SERVICE, guarded_methods
 from server.metrics import Metrics
 from server.placement import DevicePlacement, breaker_for, place
 from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
-from server.transport.options import BUSY_PORT, server_options
+from server.transport.options import BUSY_PORT, check_free, server_options
 from server.transport.reflection import enable_reflection
 from server.transport.tls import is_loopback, server_credentials
 from wire.metadata import READINESS_SERVICE
 
 log = logging.getLogger(__name__)
 
-SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
 HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 READINESS = READINESS_SERVICE  # SERVING while new work can be taken; liveness is "" and SERVICE
-_INFER = f"/{SERVICE}/Infer"
-_GENERATE = f"/{SERVICE}/Generate"
 # The end of the grace period kept for final messages to reach slow readers (at most half the period):
 # 4 s carry a final message with its timings (~140 bytes) to a reader at 100 bytes/s through a front end.
 _DRAIN_FLUSH_S = 4.0
@@ -94,14 +88,14 @@ class SluiceServer:
         self.breaker = self.placements[0].breaker
         keys = Keys.load(Path(settings.auth_keys)) if settings.auth_keys else None
         self.interceptor = AdmissionInterceptor(
-            _methods({}, {}),
+            guarded_methods({}, {}),
             breaker=self.breaker if len(self.placements) == 1 else None,
             metrics=self.metrics,
             max_message_bytes=settings.max_message_bytes,
             stall_timeout_s=settings.stall_timeout_s,
             access_log=AccessLog(settings.access_log),
             keys=keys,
-            max_request_bytes=settings.max_request_bytes_in_flight,
+            settings=settings,  # each policy reads the settings it declares
             tracing=self.tracing,
         )
         self.servicer = InferenceServicer(self.metrics)
@@ -146,7 +140,7 @@ class SluiceServer:
         for name in ("", SERVICE, READINESS):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         address = f"{self.settings.host}:{self.settings.port}"
-        _check_free(self.settings.host, self.settings.port)
+        check_free(self.settings.host, self.settings.port)
         tls = self.settings.tls
         if tls is None and not is_loopback(self.settings.host):
             log.warning(
@@ -188,8 +182,9 @@ class SluiceServer:
     async def load(self) -> None:
         """Loads and warms the models on every device, then admits calls and reports SERVING."""
         self.tasks.append(asyncio.create_task(self.interceptor.watchdog.run(), name="write-watchdog"))
+        prompt_check = self.interceptor.policies.prompt_check  # policies that count the prompt's tokens
         for placement in self.placements:
-            await place(self.settings, placement, self.metrics)
+            await place(self.settings, placement, self.metrics, prompt_check=prompt_check)
             self.tasks += placement.tasks
             self.workers += placement.workers
         first = self.placements[0]
@@ -199,7 +194,7 @@ class SluiceServer:
         )
         infer_gates = self._gates("Infer", [p.infer_gates for p in self.placements])
         generate_gates = self._gates("Generate", [p.generate_gates for p in self.placements])
-        self.interceptor.methods = _methods(infer_gates, generate_gates)
+        self.interceptor.methods = guarded_methods(infer_gates, generate_gates)
         for method, gates in (("Infer", infer_gates), ("Generate", generate_gates)):
             for name, gate in gates.items():
                 self.metrics.slots.labels(name, method).set(gate.slots)
@@ -289,44 +284,6 @@ class SluiceServer:
         for worker in self.workers:
             worker.shutdown()
         self.tracing.shutdown(wait_s=_TRACE_FLUSH_S)
-
-
-def _check_free(host: str, port: int) -> None:
-    """Refuses a busy port in one line, before grpc tries it (and logs its own error lines)."""
-    if port == 0:
-        return
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: TIME_WAIT is no obstacle
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise ValueError(
-                f"invalid setting port: cannot listen on {host}:{port} ({exc.strerror}); "
-                "choose a free --port, or 0"
-            ) from exc
-
-
-def _max_tokens(request: pb.GenerateRequest) -> int:
-    return request.sampling.max_tokens
-
-
-def _methods(
-    infer_gates: dict[str, AdmissionGate | DeviceGates],
-    generate_gates: dict[str, AdmissionGate | DeviceGates],
-) -> dict[str, GuardedMethod]:
-    return {
-        _INFER: GuardedMethod(
-            "Infer", pb.InferRequest.DESCRIPTOR, infer_gates, dict.fromkeys(generate_gates, "Generate")
-        ),
-        _GENERATE: GuardedMethod(
-            "Generate",
-            pb.GenerateRequest.DESCRIPTOR,
-            generate_gates,
-            dict.fromkeys(infer_gates, "Infer"),
-            work_of=_max_tokens,
-        ),
-    } | kserve_methods(infer_gates, generate_gates)
 
 
 def _version() -> str:

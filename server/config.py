@@ -1,182 +1,30 @@
-"""The frozen Settings object: every flag of `sluice serve` is generated from a field here (its type, default,
-unit and help), parsed and validated once, at start-up. A model's own options are not fields here: each model
-declares them (server/runtimes/options.py) and `--model-options NAME.KEY=VALUE` sets them."""
+"""The frozen Settings object: every flag of `sluice serve` is generated from one of its fields (their table
+is server/flag_table.py; the admission policies declare their own), parsed and checked once, at start-up;
+and the parser of `sluice serve`. A model's own options are not fields: each model declares them
+(server/runtimes/options.py) and `--model-options NAME.KEY=VALUE` sets them."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from process.flags import FlagParser, add_flags, flag_name, setting, values_from
-from server.model_selection import MODELS_HELP, MODELS_SHOWN, check_hf_models, hf_directories, served_models
+from process.flags import FlagParser, add_flags, values_from
+from server.flag_table import ServeFlags
+from server.former_flags import add_former_flags, former_options
+from server.model_selection import check_hf_models, hf_directories, model_option_entries, served_models
 from server.transport.tls import TlsFiles
-
-# Flags of model options that were server settings before each model declared its own (issue 18): they still
-# parse, into the --model-options entry they stand for, with a warning that names it.
-FORMER_FLAGS: Mapping[str, str] = {"lm_size": "byte-lm.size", "mlp_width": "mlp.width"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    """Server configuration; None for a capacity setting means "derive it from measurement"."""
-
-    host: str = setting("127.0.0.1", help="interface the gRPC port binds")
-    port: int = setting(50051, help="gRPC port; 0 picks a free one")
-    tls_cert: str | None = setting(
-        None, help="PEM certificate (chain) of the gRPC port; TLS when set", shown="plaintext"
-    )
-    tls_key: str | None = setting(None, help="PEM private key of --tls-cert", shown="none")
-    tls_client_ca: str | None = setting(
-        None, help="PEM CA that clients' certificates must chain to (mTLS)", shown="no client certificates"
-    )
-    auth_keys: str | None = setting(
-        None, help="TOML file of tenants (server/admission/tenants.py): callers need a bearer token from it",
-        shown="no authentication",
-    )  # fmt: skip
-    metrics_token_sha256: str | None = setting(
-        None, help="sha256 (hex) of the bearer token /metrics scrapes must send", shown="open"
-    )
-    metrics_host: str | None = setting(None, help="interface of the Prometheus port", shown="--host")
-    metrics_port: int = setting(0, help="Prometheus /metrics port; 0 picks a free one, -1 turns it off")
-    models: tuple[str, ...] | None = setting(None, help=MODELS_HELP, shown=MODELS_SHOWN)
-    plugins: tuple[str, ...] = setting(
-        (), help="modules to import first, by name or .py path; they call register_model()"
-    )
-    hf_models: tuple[str, ...] = setting(
-        (), help="Hugging Face causal LMs as NAME=DIR (a save_pretrained directory), served by that NAME"
-    )
-    device: str = setting("auto", help="auto, cpu, cuda or cuda:N")
-    devices: tuple[str, ...] | None = setting(
-        None,
-        help="one replica of every model on each of these devices, comma-separated (cuda:0,cuda:1; cpu,cpu "
-        "in tests); each gets its own slots and memory breaker, and a call goes to the least loaded",
-        shown="--device alone",
-    )
-    dtype: str = setting(
-        "auto",
-        help="weights and KV cache of Hugging Face generative models: auto, float32, bfloat16 or float16",
-        shown="auto: bfloat16 on CUDA, float32 on CPU",
-    )
-    torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
-    model_options: tuple[str, ...] = setting(
-        (),
-        help="options each model declares, as NAME.KEY=VALUE, comma-separated (byte-lm.size=small,"
-        "mlp.width=256; a later one for the same key wins); sluice serve --help lists them at its end",
-    )
-    warmup_steps: int = setting(2, help="warm-up passes per model before serving", unit="passes")
-    reflection: bool = setting(True, help="serve gRPC reflection (v1 and v1alpha)")
-    # Admission.
-    max_concurrency: int | None = setting(
-        None, help="Infer slots per model", unit="requests", shown="what measured memory allows"
-    )
-    max_queue: int = setting(64, help="callers that may wait for a model's slots", unit="requests")
-    max_connections: int | None = setting(
-        None, help="client connections held at once", shown="the descriptor limit less a reserve"
-    )
-    max_streams_per_connection: int = setting(
-        1024, help="concurrent calls on one connection (at least a shim's --max-inflight)", unit="calls"
-    )
-    max_connection_idle_s: float = setting(
-        300.0, help="a connection with no call this long is closed", unit="seconds"
-    )
-    max_connection_age_s: float = setting(
-        3600.0, help="a connection this old is asked to reconnect (GOAWAY)", unit="seconds"
-    )
-    max_connection_age_grace_s: float = setting(
-        600.0, help="time an aged connection's calls get to finish", unit="seconds"
-    )
-    max_request_bytes_in_flight: int = setting(
-        512 * 1024 * 1024,
-        help="request bytes admitted and not yet answered; more are refused (RESOURCE_EXHAUSTED) unparsed",
-        unit="bytes",
-    )
-    handshake_timeout_s: float = setting(
-        10.0, help="a connection that has not started HTTP/2 by then is closed", unit="seconds"
-    )
-    memory_probe: str = setting(
-        "auto", help="auto, host, cuda or fake:PATH (tests; with --devices, device N reads PATH.N)"
-    )
-    memory_budget_mb: int = setting(0, help="memory the breaker and capacity plan count; 0 = all", unit="MiB")
-    high_watermark: float = setting(0.92, help="the memory breaker opens at this used fraction")
-    low_watermark: float = setting(0.85, help="the memory breaker closes at this used fraction")
-    probe_interval_s: float = setting(0.05, help="memory sampling period", unit="seconds")
-    capacity_margin: float = setting(0.2, help="fraction of the measured capacity kept in reserve")
-    # Dynamic batching (Infer).
-    max_batch_size: int = setting(32, help="items per forward pass", unit="items")
-    # 0, as Triton's max_queue_delay: an idle model takes what is queued at once; under load the next batch
-    # fills while the previous one computes, so a delay only made a lone caller wait (158 vs 238+ calls/s).
-    max_delay_ms: float = setting(0.0, help="how long a partial batch may wait for company", unit="ms")
-    # Continuous batching (Generate).
-    # vLLM's max_num_seqs: memory, counted by the token (docs/kv-cache.md), limits them before this does.
-    max_sequences: int = setting(256, help="sequences running at once per generative model", unit="sequences")
-    context_length: int = setting(
-        0, help="longest sequence, prompt + max_tokens", unit="tokens", shown="the model's own (its config's)"
-    )
-    kv_cache_bytes: int = setting(
-        0,
-        help="KV cache of each generative model",
-        unit="bytes",
-        shown="--kv-cache-memory of the free memory; on CPU at most 4 GiB",
-    )
-    kv_cache_memory: float = setting(
-        0.9, help="fraction of the memory free at start-up the KV cache may take (see --kv-cache-bytes)"
-    )
-    # On CPU the arena is mapped lazily: pages become resident as sequences first write them. Prefaulting
-    # makes it resident at start (as a GPU's is), so the memory is counted from the start and a host that
-    # cannot hold it fails then, not under load.
-    kv_cache_prefault: bool = setting(
-        False, help="write the whole KV cache at start-up (CPU: make it resident)"
-    )
-    prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
-    # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
-    # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two
-    # batch-24 decode steps of a 12 M-parameter Llama (bench.hf_generate); a GPU prefills hundreds meanwhile.
-    prefill_chunk_tokens: int | None = setting(
-        None,
-        help="prompt tokens prefilled per step, beside the running streams",
-        unit="tokens",
-        shown="32 on CPU, 512 on CUDA",
-    )
-    default_max_tokens: int = setting(128, help="max_tokens of a request that sets none", unit="tokens")
-    max_stop_sequences: int = setting(4, help="stop sequences a request may give", unit="sequences")
-    max_stop_chars: int = setting(128, help="length of one stop sequence", unit="characters")
-    stream_buffer: int = setting(32, help="chunks buffered for a stream before it pauses", unit="chunks")
-    stall_timeout_s: float = setting(
-        10.0,
-        help="a stream paused this long is ended (one unable to write, after twice this)",
-        unit="seconds",
-    )
-    # Transport and lifecycle.
-    frontends: int = setting(
-        1, help="gRPC front-end processes sharing the port (docs/frontends.md); 1 = this process alone",
-        unit="processes",
-    )  # fmt: skip
-    max_message_bytes: int = setting(4 * 1024 * 1024, help="largest request message", unit="bytes")
-    # KServe v2 system shared memory (server/kserve/shm.py): off unless asked for; callers on this host only.
-    kserve_shm: bool = setting(False, help="serve KServe v2 system shared memory to callers on this host")
-    kserve_shm_max_regions: int = setting(16, help="shared-memory regions one tenant holds", unit="regions")
-    kserve_shm_max_bytes: int = setting(1 << 30, help="shared memory one tenant registers", unit="bytes")
-    grace_s: float = setting(10.0, help="time in-flight calls get to finish on SIGTERM", unit="seconds")
-    switch_interval_ms: float = setting(
-        0.1, help="the GIL switch interval (CPython's default is 5 ms)", unit="ms"
-    )
-    log_level: str = setting("INFO", help="DEBUG, INFO, WARNING or ERROR")
-    access_log: float = setting(
-        0.0, help="fraction of calls that write a JSON access-log line to stderr: 0 none, 1 every call"
-    )
-    otlp_endpoint: str | None = setting(
-        None, help="OpenTelemetry collector (OTLP/gRPC, host:port or http(s)://host:port) traces are sent to",
-        shown="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing",
-    )  # fmt: skip
-    otlp_sampling_ratio: float = setting(
-        1.0, help="fraction of traces begun here that are sampled; a caller's traceparent decides for its own"
-    )
+class Settings(ServeFlags):
+    """Server configuration: every flag's field (server/flag_table.py, and the admission policies' own,
+    which each policy declares), checked once, and what derives from them."""
 
     def __post_init__(self) -> None:
+        ServeFlags.__post_init__(self)  # each policy checks its own (super() fails in a slots class)
         _check(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
         _check(
             (self.tls_cert is None) == (self.tls_key is None),
@@ -186,7 +34,6 @@ class Settings:
         _check(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca", "needs --tls-cert")
         _check(1 <= self.frontends <= 64, "frontends", "must be 1..64")
         _check(self.max_streams_per_connection >= 1, "max_streams_per_connection", "must be >= 1")
-        _check(self.max_request_bytes_in_flight >= 1, "max_request_bytes_in_flight", "must be >= 1")
         for name in ("max_connection_idle_s", "max_connection_age_s", "max_connection_age_grace_s"):
             _check(getattr(self, name) > 0, name, "must be > 0")
         _check(
@@ -217,11 +64,7 @@ class Settings:
             "prefill_chunk_tokens",
             "must be >= 1",
         )
-        _check(
-            all(_is_model_option(entry) for entry in self.model_options),
-            "model_options",
-            "each entry is NAME.KEY=VALUE (byte-lm.size=small); the models check their values",
-        )
+        model_option_entries(self.model_options)
         _check(self.max_concurrency is None or self.max_concurrency > 0, "max_concurrency", "must be > 0")
         _check(self.max_queue >= 0, "max_queue", "must be >= 0")
         _check(self.max_connections is None or self.max_connections > 0, "max_connections", "must be > 0")
@@ -322,26 +165,6 @@ def parser(prog: str = "sluice serve", *, skip: tuple[str, ...] = ()) -> argpars
     return out
 
 
-def add_former_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """--lm-size and --mlp-width, absent from the namespace unless given (from_namespace translates them)."""
-    for dest, option in FORMER_FLAGS.items():
-        parser.add_argument(
-            flag_name(dest),
-            dest=dest,
-            default=argparse.SUPPRESS,
-            metavar="VALUE",
-            help=f"deprecated: --model-options {option}=VALUE",
-        )
-
-
-def former_options(given: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The --model-options entries that FORMER_FLAGS in `given` (dest -> value) stand for, and for each a
-    warning line naming it; a --model-options for the same key, put after these, wins."""
-    used = [(dest, f"{option}={given[dest]}") for dest, option in FORMER_FLAGS.items() if dest in given]
-    warnings = tuple(f"{flag_name(dest)} is deprecated; use --model-options {entry}" for dest, entry in used)
-    return tuple(entry for _, entry in used), warnings
-
-
 def from_namespace(ns: argparse.Namespace, *, prog: str = "sluice serve") -> Settings:
     """Settings from parsed flags; a former flag becomes its --model-options entry, with a warning."""
     values = dict(values_from(ns, Settings))
@@ -356,12 +179,6 @@ def from_namespace(ns: argparse.Namespace, *, prog: str = "sluice serve") -> Set
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ValueError(f"invalid setting {name}: {message}")
-
-
-def _is_model_option(entry: str) -> bool:
-    target, equals, _ = entry.partition("=")
-    name, dot, key = target.rpartition(".")
-    return bool(equals and dot and name and key)
 
 
 def _is_sha256(text: str) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from server.priority import Priority as Priority  # re-exported: the codec and the scheduler name it here
 from wire.constraint import Constraint, Tool, ToolCall, ToolChoice
 from wire.sampling import DEFAULTS as SAMPLING_DEFAULTS
 from wire.sampling import FIELDS as SAMPLING_FIELDS
@@ -31,14 +32,6 @@ class DType(enum.Enum):
 
 
 _NUMPY_DTYPES: dict[DType, np.dtype[np.generic]] = {d: np.dtype(d.value) for d in DType}
-
-
-class Priority(enum.IntEnum):
-    """Order among waiting requests; larger is served first."""
-
-    LOW = 0
-    NORMAL = 1
-    HIGH = 2
 
 
 class ModelKind(enum.Enum):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +17,8 @@ from server.batching.dynamic import DynamicBatcher
 from server.batching.requests import RequestLimits
 from server.batching.worker import ModelWorker
 from server.config import Settings
+from server.domain import GenerateSpec
+from server.errors import SluiceError
 from server.kv.arena import ALIGN
 from server.memory.breaker import MemoryBreaker
 from server.memory.capacity import kv_tokens, plan_capacity
@@ -25,6 +28,8 @@ from server.runtimes.base import GenerativeModel, Prefill, TensorModel
 from server.runtimes.registry import build_models
 
 log = logging.getLogger(__name__)
+# What a Generate scheduler asks of admission once a prompt is tokenized: (model, spec, tokens) -> refusal.
+PromptCheck = Callable[[str, GenerateSpec, int], SluiceError | None]
 
 
 @dataclass
@@ -56,8 +61,15 @@ def breaker_for(settings: Settings, device: torch.device, index: int, count: int
     )
 
 
-async def place(settings: Settings, placement: DevicePlacement, metrics: Metrics) -> None:
-    """Loads, sizes and warms every model on the placement's device and starts its batchers."""
+async def place(
+    settings: Settings,
+    placement: DevicePlacement,
+    metrics: Metrics,
+    *,
+    prompt_check: PromptCheck | None = None,
+) -> None:
+    """Loads, sizes and warms every model on the placement's device and starts its batchers; a Generate
+    scheduler runs `prompt_check` (admission's, server/admission/policy.py) on each tokenized prompt."""
     placement.tasks.append(asyncio.create_task(placement.breaker.run(), name=f"breaker-{placement.device}"))
     models = await asyncio.to_thread(build_models, settings, placement.device)
     for model in models:
@@ -72,7 +84,9 @@ async def place(settings: Settings, placement: DevicePlacement, metrics: Metrics
                 f"Infer {name}", slots=slots, max_waiting=settings.max_queue
             )
         else:
-            scheduler = await _start_generative_model(settings, placement, model, worker, metrics)
+            scheduler = await _start_generative_model(
+                settings, placement, model, worker, metrics, prompt_check
+            )
             placement.schedulers[name] = scheduler
             placement.generate_gates[name] = AdmissionGate(
                 f"Generate {name}",
@@ -103,7 +117,12 @@ async def _start_tensor_model(
 
 
 async def _start_generative_model(
-    s: Settings, placement: DevicePlacement, model: GenerativeModel, worker: ModelWorker, metrics: Metrics
+    s: Settings,
+    placement: DevicePlacement,
+    model: GenerativeModel,
+    worker: ModelWorker,
+    metrics: Metrics,
+    prompt_check: PromptCheck | None,
 ) -> ContinuousScheduler:
     context = model.descriptor.limits.context_length
     tokens, why = kv_tokens(model, s, context, placement.breaker.probe.read())
@@ -137,6 +156,7 @@ async def _start_generative_model(
         breaker=placement.breaker,
         metrics=metrics,
         device_label=placement.label,
+        prompt_check=prompt_check,
     )
     await worker.run(_warm_generative, model, s.warmup_steps, min(s.max_sequences, tokens // ALIGN))
     placement.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))

@@ -13,9 +13,9 @@ import contextvars
 from collections.abc import Sequence
 
 from server.admission.gate import AdmissionGate
-from server.domain import Priority
 from server.errors import Overloaded, SluiceError
 from server.memory.breaker import MemoryBreaker
+from server.priority import Priority
 
 #: The index of the device the current call was admitted on (0 with one device).
 CHOSEN: contextvars.ContextVar[int] = contextvars.ContextVar("device", default=0)

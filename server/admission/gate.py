@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from server.domain import Priority
 from server.errors import DeadlineExpired, DeadlineUnmeetable, Overloaded
+from server.priority import Priority
 
 _EWMA = 0.1
 _IDLE_HALF_LIFE_S = 1.0

@@ -34,8 +34,9 @@ from server.admission.handlers import (
     parsing_handler,
     refusing_handler,
 )
-from server.admission.policies import Lifecycle, default_policies
+from server.admission.policies import PolicySettings, default_policies
 from server.admission.policy import Admission, AdmissionPolicy, Policies
+from server.admission.policy_context import PolicyContext, Serving
 from server.admission.reader import GuardedMethod, Refused, admission_reader
 from server.admission.streams import guarded_bidi, refusing_bidi
 from server.admission.tenants import Keys
@@ -91,26 +92,20 @@ class AdmissionInterceptor(_ServerInterceptor):
         stall_timeout_s: float,
         access_log: AccessLog | None = None,
         keys: Keys | None = None,
-        max_request_bytes: int | None = None,
+        settings: PolicySettings | None = None,
         policies: Sequence[AdmissionPolicy] | None = None,
         tracing: Tracing | None = None,
     ) -> None:
-        """`policies`: the list to run, in order; by default the server's own (policies/__init__.py), built
-        from the other arguments."""
+        """`policies`: the list to run, in order; by default the registered ones (policies/__init__.py),
+        each built from the settings it declares (`settings`: the server's Settings; None: the defaults) and
+        the server's objects (`keys`, `breaker`, `metrics`)."""
         self.methods = dict(methods)
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
-        self.lifecycle = Lifecycle()
+        self.serving = Serving()
+        context = PolicyContext(serving=self.serving, metrics=metrics, keys=keys, breaker=breaker)
         self.policies = Policies(
-            policies
-            if policies is not None
-            else default_policies(
-                lifecycle=self.lifecycle,
-                metrics=metrics,
-                keys=keys,
-                breaker=breaker,
-                max_request_bytes=max_request_bytes,
-            )
+            policies if policies is not None else default_policies(settings or PolicySettings(), context)
         )
         self.access_log = access_log or AccessLog(0.0)
         self.tracing = tracing
@@ -126,19 +121,19 @@ class AdmissionInterceptor(_ServerInterceptor):
 
     @property
     def ready(self) -> bool:
-        return self.lifecycle.ready
+        return self.serving.ready
 
     @ready.setter
     def ready(self, value: bool) -> None:
-        self.lifecycle.ready = value
+        self.serving.ready = value
 
     @property
     def draining(self) -> bool:
-        return self.lifecycle.draining
+        return self.serving.draining
 
     @draining.setter
     def draining(self, value: bool) -> None:
-        self.lifecycle.draining = value
+        self.serving.draining = value
 
     async def intercept_service(
         self,

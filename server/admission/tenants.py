@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from auth.keys import TenantEntry, bearer_token, load_keys, match
-from server.domain import Priority
 from server.errors import PermissionDenied, TenantQuota, Unauthenticated, clip
+from server.priority import Priority
 from wire import metadata as metadata_names
 
 AUTHORIZATION = metadata_names.AUTHORIZATION

@@ -57,6 +57,7 @@ class ContinuousScheduler:
         prefill_chunk_tokens: int | None = None,
         prefix_cache: bool = True,
         device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
+        prompt_check: Callable[[str, GenerateSpec, int], SluiceError | None] | None = None,  # admission's
     ) -> None:
         self.model = model
         self.worker = worker
@@ -65,6 +66,7 @@ class ContinuousScheduler:
         self.limits = limits
         self.stream_buffer = stream_buffer
         self.stall_timeout_s = stall_timeout_s
+        self.prompt_check = prompt_check  # policies that need the prompt's token count (their `prompt`)
         # None: whole prompts (a runtime that cannot prefill from mid-prompt), as many as slots allow.
         self.prefill_chunk = prefill_chunk_tokens if model.chunked_prefill else None
         self.joining: deque[GenSequence] = deque()
@@ -106,6 +108,9 @@ class ContinuousScheduler:
         (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache;
         `admission_wait_s`, the wait for its slot, counts in its timings."""
         prompt, params = resolve_request(spec, self.model, self.limits)
+        name = self.model.descriptor.name
+        if self.prompt_check and (refused := self.prompt_check(name, spec, len(prompt))):
+            raise refused
         seed = spec.sampling.seed if spec.sampling.seed is not None else secrets.randbits(63)
         seq = GenSequence(
             prompt,

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from server.config import FORMER_FLAGS, Settings
+from server.former_flags import FORMER_FLAGS
 
 DROPPED_IN = "0.3.0"  # two minor releases after the form was replaced (0.2.0), as a flag's deprecation runs
 
@@ -52,7 +52,7 @@ class FormerSettings:
 
     __slots__ = ("_options", "_settings")
 
-    def __init__(self, settings: Settings, options: Mapping[str, Any]) -> None:
+    def __init__(self, settings: object, options: Mapping[str, Any]) -> None:
         object.__setattr__(self, "_settings", settings)
         object.__setattr__(self, "_options", options)
 

@@ -1,6 +1,7 @@
 """What a model factory is given: the options its model declares, parsed from `--model-options
 NAME.KEY=VALUE`, and the ModelContext every model is built under (its device and the limits the server
-enforces).
+enforces); and ModelSettings, what the registry reads of the server's Settings (which it never imports: the
+server's command line lists the registered models' options, so the registry is below the settings).
 
 A model's options are a frozen dataclass whose fields are made with `setting(default, help=..., unit=...)`
 (process/flags.py, as the server's own Settings): the field's type says how a value parses (int, float, str,
@@ -13,7 +14,7 @@ import dataclasses
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -30,6 +31,27 @@ class ModelContext:
     max_batch_size: int  # items per Infer forward pass
     context_length: int  # longest sequence of a generative model; 0: the model's own
     max_sequences: int  # sequences a generative model runs at once
+
+
+class ModelSettings(Protocol):
+    """The server settings the registry builds models from (server/config.py's Settings has them all)."""
+
+    @property
+    def plugins(self) -> tuple[str, ...]: ...
+    @property
+    def model_options(self) -> tuple[str, ...]: ...
+    @property
+    def hf_directories(self) -> dict[str, str]: ...
+    @property
+    def served_models(self) -> tuple[str, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def max_batch_size(self) -> int: ...
+    @property
+    def context_length(self) -> int: ...
+    @property
+    def max_sequences(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 
 import torch
 
-from server.config import Settings
+from server.model_selection import model_option_entries
 from server.runtimes import former_factory
 from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.byte_lm import ByteLmOptions, byte_lm
@@ -33,6 +33,7 @@ from server.runtimes.former_factory import FormerSettings
 from server.runtimes.mlp import MlpOptions, mlp_model
 from server.runtimes.options import (
     ModelContext,
+    ModelSettings,
     NoOptions,
     check_declaration,
     describe_options,
@@ -160,7 +161,7 @@ def _import_file(path: Path) -> None:
     spec.loader.exec_module(module)
 
 
-def check_models(settings: Settings) -> None:
+def check_models(settings: ModelSettings) -> None:
     """Imports the plugins and checks every model setting; raises ValueError naming the setting and the fix.
     Runs before the server binds its port, so a mistake never leaves a half-started server."""
     load_plugins(settings.plugins)
@@ -181,14 +182,10 @@ def check_models(settings: Settings) -> None:
     model_options(settings)
 
 
-def model_options(settings: Settings) -> dict[str, Any]:
+def model_options(settings: ModelSettings) -> dict[str, Any]:
     """The options of every registered model that declares its own, by name, from --model-options (a later
     entry for the same key wins); raises ValueError naming the entry and what it takes. After load_plugins."""
-    given: dict[str, dict[str, str]] = {}
-    for entry in settings.model_options:
-        target, _, value = entry.partition("=")
-        name, _, key = target.rpartition(".")  # a model's name may hold dots (qwen2.5), an option's never
-        given.setdefault(name, {})[key] = value
+    given = model_option_entries(settings.model_options)
     hf = settings.hf_directories
     for name, keys in given.items():
         first = f"--model-options {name}.{next(iter(keys))}"
@@ -233,7 +230,7 @@ def _owners() -> list[str]:
     return sorted(name for name, registration in _REGISTRY.items() if registration.options_of == name)
 
 
-def build_models(settings: Settings, device: torch.device) -> list[Model]:
+def build_models(settings: ModelSettings, device: torch.device) -> list[Model]:
     """Builds every served model, in --models order (after check_models; call on the model's thread). A name
     given in --hf-models is that Hugging Face model, even where an embedded model has the same name."""
     hf = settings.hf_directories
@@ -257,7 +254,7 @@ def build_models(settings: Settings, device: torch.device) -> list[Model]:
     return models
 
 
-def _hf_model(settings: Settings, name: str, directory: Path, device: torch.device) -> Model:
+def _hf_model(settings: ModelSettings, name: str, directory: Path, device: torch.device) -> Model:
     from server.runtimes.hf_causal import load_hf_causal  # transformers loads only when a model needs it
 
     return load_hf_causal(

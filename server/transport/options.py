@@ -1,7 +1,10 @@
 """The grpc.aio server options of every process that holds the gRPC port (the server, or its front ends):
-message limits, connection caps and the connection lifetimes that keep one peer from holding the port."""
+message limits, connection caps and the connection lifetimes that keep one peer from holding the port; and
+the check, before grpc binds, that the port is free."""
 
 from __future__ import annotations
+
+import socket
 
 from server.config import Settings
 
@@ -35,3 +38,19 @@ def server_options(settings: Settings, max_connections: int, *, share_port: bool
         # with GOAWAY too_many_pings.
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ]
+
+
+def check_free(host: str, port: int) -> None:
+    """Refuses a busy port in one line, before grpc tries it (and logs its own error lines)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ValueError(
+                f"invalid setting port: cannot listen on {host}:{port} ({exc.strerror}); "
+                "choose a free --port, or 0"
+            ) from exc

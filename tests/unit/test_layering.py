@@ -143,3 +143,76 @@ def test_the_shims_shared_modules_name_no_api_path() -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and API_PATH.match(node.value)
     ]
     assert not offences, offences
+
+
+PACKAGES = ("server", "shim", "clients", "process", "auth", "launcher", "wire")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each first-party module -> the first-party modules it imports, wherever the import stands (a function's
+    deferred import is still an arrow: it only moves the cycle to run time). `from a import b` is an arrow
+    to a.b where that is a module, else to a."""
+    paths = {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+
+    def known(module: str) -> str:
+        while module and module not in paths:
+            module = module.rpartition(".")[0]
+        return module
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {known(alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {known(f"{node.module}.{alias.name}") for alias in node.names}
+        graph[name] = found - {"", name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for child in sorted(graph[node]):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycles_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_back() -> None:
+    """server/config.py once imported the model registry (for --help), which imported config: a module that
+    needs another's names is below it, and nothing it reaches may need it back."""
+    assert cycles(import_graph()) == []

@@ -1,39 +1,42 @@
-"""Admission policies, one file each, and the list the interceptor runs by default: a new policy is a file
-here and one line in `default_policies` (its order is its place in the list)."""
+"""Admission policies, one file each, and their registration: the list the interceptor runs by default, and
+the settings they declare. A new policy is a file here and one line in POLICIES (its order is its place in
+the list); a policy that declares settings (a PolicySettingsBase dataclass in its file, each field a flag of
+`sluice serve`) also names them among PolicySettings' bases, which the server's Settings inherits."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from server.admission.policies.authentication import Authentication
 from server.admission.policies.lifecycle import Lifecycle
 from server.admission.policies.memory import MemoryGuard
 from server.admission.policies.models import KnownModel
 from server.admission.policies.queue import QueueBound
-from server.admission.policies.request_bytes import RequestBytes
+from server.admission.policies.request_bytes import RequestBytes, RequestBytesSettings
 from server.admission.policies.tenant_limits import TenantLimits
 from server.admission.policy import AdmissionPolicy
-from server.admission.tenants import Keys
-from server.memory.breaker import MemoryBreaker
-from server.metrics import Metrics
+from server.admission.policy_context import PolicyContext
 
-__all__ = ["Lifecycle", "default_policies"]
+__all__ = ["POLICIES", "Lifecycle", "PolicySettings", "default_policies"]
+
+# In the order their refusals take precedence.
+POLICIES: tuple[type[AdmissionPolicy], ...] = (
+    Authentication,
+    Lifecycle,
+    KnownModel,
+    TenantLimits,
+    MemoryGuard,
+    QueueBound,
+    RequestBytes,
+)
 
 
-def default_policies(
-    *,
-    lifecycle: Lifecycle,
-    metrics: Metrics,
-    keys: Keys | None,
-    breaker: MemoryBreaker | None,
-    max_request_bytes: int | None,
-) -> list[AdmissionPolicy]:
-    """In the order their refusals take precedence."""
-    optional: list[AdmissionPolicy | None] = [
-        Authentication(keys, metrics) if keys is not None else None,
-        lifecycle,
-        KnownModel(),
-        TenantLimits(keys, metrics) if keys is not None else None,
-        MemoryGuard(breaker) if breaker is not None else None,
-        QueueBound(),
-        RequestBytes(max_request_bytes) if max_request_bytes else None,
-    ]
-    return [policy for policy in optional if policy is not None]
+@dataclass(frozen=True, kw_only=True)
+class PolicySettings(RequestBytesSettings):
+    """Every policy's declared settings, as one base of the server's Settings (server/config.py)."""
+
+
+def default_policies(settings: PolicySettings, context: PolicyContext) -> list[AdmissionPolicy]:
+    """The registered policies built from their settings and the server's objects, less those left out."""
+    built = [policy.build(settings, context) for policy in POLICIES]
+    return [policy for policy in built if policy is not None]

@@ -3,15 +3,24 @@ With several devices each model's DeviceGates skips the devices whose breaker is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from server.admission.policy import AdmissionPolicy
-from server.admission.reader import GuardedMethod
+from server.admission.policy_context import PolicyContext
 from server.errors import SluiceError
-from server.memory.breaker import MemoryBreaker
+
+if TYPE_CHECKING:
+    from server.admission.reader import GuardedMethod
+    from server.memory.breaker import MemoryBreaker
 
 
 class MemoryGuard(AdmissionPolicy):
     def __init__(self, breaker: MemoryBreaker) -> None:
         self.breaker = breaker
+
+    @classmethod
+    def build(cls, settings: object, context: PolicyContext) -> MemoryGuard | None:
+        return cls(context.breaker) if context.breaker is not None else None
 
     def check(self, method: GuardedMethod, model: str) -> SluiceError | None:
         return self.breaker.refusal() if self.breaker.is_open else None

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from server.admission.policy import AdmissionPolicy
-from server.admission.reader import GuardedMethod
 from server.errors import SluiceError
+
+if TYPE_CHECKING:
+    from server.admission.reader import GuardedMethod
 
 
 class QueueBound(AdmissionPolicy):

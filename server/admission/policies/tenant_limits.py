@@ -5,18 +5,26 @@ with the slot). Counted per tenant in sluice_tenant_requests_total."""
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from server.admission.policy import Admission, AdmissionPolicy, Release
-from server.admission.reader import GuardedMethod
+from server.admission.policy_context import PolicyContext
 from server.admission.tenants import CALLER, Keys
 from server.errors import SluiceError
-from server.metrics import Metrics
+
+if TYPE_CHECKING:
+    from server.admission.reader import GuardedMethod
+    from server.metrics import Metrics
 
 
 class TenantLimits(AdmissionPolicy):
     def __init__(self, keys: Keys, metrics: Metrics) -> None:
         self.keys = keys
         self.metrics = metrics
+
+    @classmethod
+    def build(cls, settings: object, context: PolicyContext) -> TenantLimits | None:
+        return cls(context.keys, context.metrics) if context.keys is not None else None
 
     def check(self, method: GuardedMethod, model: str) -> SluiceError | None:
         tenant = CALLER.get()
