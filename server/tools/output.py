@@ -59,7 +59,6 @@ class ToolOutput:
             return self.held, calls
         return self.held + self.captured, ()
 
-
     def _watch(self) -> None:
         """Notes each call whose JSON has closed; one equal to a call already made is cut from the
         captured text and ends the calls."""

@@ -17,7 +17,9 @@ from wire.constraint import Constraint
 
 def accepts(schema: dict[str, object], text: str) -> bool:
     tokenizer = llguidance.LLTokenizer(ByteVocabulary(), n_vocab=257)
-    matcher = llguidance.LLMatcher(tokenizer, to_grammar(Constraint.json_schema(json.dumps(schema))), log_level=0)
+    matcher = llguidance.LLMatcher(
+        tokenizer, to_grammar(Constraint.json_schema(json.dumps(schema))), log_level=0
+    )
     return matcher.consume_tokens(list(text.encode())) and matcher.is_accepting()
 
 
