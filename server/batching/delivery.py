@@ -80,6 +80,9 @@ class Delivery:
         else:
             if seq.tools is not None:
                 chunk.text = seq.tools.feed(chunk.text)
+                if seq.tools.repeated:  # a call made again ends the calls (docs/constrained.md)
+                    _end(seq, FinishReason.STOP, chunk, fed=True)
+                    return
             seq.stream.push(chunk)
 
     def _constraint_failed(self, seq: GenSequence, failure: str) -> None:
@@ -105,13 +108,14 @@ class Delivery:
         )
 
 
-def _end(seq: GenSequence, reason: FinishReason, chunk: TokenChunk) -> None:
-    """Ends a stream that ran its course; a generation with tools turns its withheld text into calls."""
+def _end(seq: GenSequence, reason: FinishReason, chunk: TokenChunk, *, fed: bool = False) -> None:
+    """Ends a stream that ran its course; a generation with tools turns its withheld text into calls
+    (`fed`: the chunk's text has been through them already)."""
     if seq.tools is not None:
-        shown = seq.tools.feed(chunk.text)
+        shown = chunk.text if fed else seq.tools.feed(chunk.text)
         rest, calls = seq.tools.finish(cut=reason is FinishReason.LENGTH)
         chunk.text = shown + rest
-        if calls and reason is FinishReason.STOP:
+        if calls and (reason is FinishReason.STOP or seq.tools.repeated):
             chunk.tool_calls, reason = calls, FinishReason.TOOL_CALLS
         elif calls:  # cut off by max_tokens after complete calls: still reported, with finish "length"
             chunk.tool_calls = calls

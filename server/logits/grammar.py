@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import llguidance
 from llguidance.gbnf_to_lark import any_to_lark
 
+from server.bounded_numbers import bound_numbers
 from server.closed_objects import close_objects
 from server.errors import InvalidArgument, LimitExceeded
 from server.logits.vocab import grammar_tokenizer
@@ -103,7 +104,7 @@ def to_grammar(constraint: Constraint) -> str:
             schema = json.loads(constraint.text)
             if not isinstance(schema, dict | bool):
                 raise InvalidArgument("a JSON schema is an object or a boolean", field=field)
-            closed = json.dumps(close_objects(schema))
+            closed = json.dumps(bound_numbers(close_objects(schema)))
             json_options: JsonCompileOptions = {**JSON_FORMAT, "lenient": constraint.lenient}
             return str(llguidance.LLMatcher.grammar_from_json_schema(closed, json_options))
         if constraint.kind == "json_object":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from server.bounded_numbers import bound_numbers
 from server.closed_objects import close_objects
 from server.tools.format import CLOSE, OPEN, parameters
 from wire.constraint import Constraint, Tool, ToolChoice
@@ -25,7 +26,7 @@ def call_schema(tools: Sequence[Tool], *, strict_only: bool = False) -> dict[str
                 "type": "object",
                 "properties": {
                     "name": {"const": t.name},
-                    "arguments": close_objects(parameters(t)) if t.strict or not strict_only else ANY_OBJECT,
+                    "arguments": _arguments(t) if t.strict or not strict_only else ANY_OBJECT,
                 },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
@@ -33,6 +34,12 @@ def call_schema(tools: Sequence[Tool], *, strict_only: bool = False) -> dict[str
             for t in tools
         ],
     }
+
+
+def _arguments(tool: Tool) -> dict[str, object]:
+    """The function's parameters with Sluice's schema defaults: objects closed, numbers bounded."""
+    schema: dict[str, object] = bound_numbers(close_objects(parameters(tool)))
+    return schema
 
 
 def tool_constraint(tools: Sequence[Tool], choice: ToolChoice, *, parallel: bool) -> Constraint | None:

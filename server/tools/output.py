@@ -2,7 +2,9 @@
 Text streams as usual until the call tag begins; from there it is withheld (a tag that may still be
 starting is held back, as stop strings are), and when the stream ends the withheld text is parsed into
 calls. Where it does not parse (a call cut off by max_tokens, or `auto` text that only looked like one),
-it is released as text, as vLLM's tool parsers do."""
+it is released as text, as vLLM's tool parsers do. A call identical to one already made (the same name
+and arguments) ends the calls as soon as its JSON closes: it is dropped and the calls made are reported
+(`repeated`; docs/constrained.md says why)."""
 
 from __future__ import annotations
 
@@ -26,17 +28,23 @@ class ToolOutput:
         self.capturing = required  # a required call: everything is the call
         self.held = ""
         self.captured = ""
+        self.repeated = False  # a call was made again: the calls end (the caller ends the stream)
+        self._made: set[tuple[str, str]] = set()  # (name, arguments as canonical JSON) of calls closed
+        self._next = 0  # where in `captured` the next call's tag is looked for
 
     def feed(self, text: str) -> str:
         """The part of `text` the caller may see now."""
         if self.capturing:
             self.captured += text
+            if "}" in text:  # a call's JSON can only close at a brace
+                self._watch()
             return ""
         self.held += text
         at = self.held.find(OPEN)
         if at >= 0:
             visible, self.captured, self.held = self.held[:at], self.held[at:], ""
             self.capturing = True
+            self._watch()
             return visible
         keep = _partial_tag(self.held)
         visible = self.held[: len(self.held) - keep]
@@ -50,6 +58,30 @@ class ToolOutput:
         if calls and (complete or cut):
             return self.held, calls
         return self.held + self.captured, ()
+
+    def _watch(self) -> None:
+        """Notes each call whose JSON has closed; one equal to a call already made is cut from the
+        captured text and ends the calls."""
+        while not self.repeated:
+            at = self.captured.find(OPEN, self._next)
+            if at < 0:
+                return
+            start = at + len(OPEN)
+            start += len(self.captured[start:]) - len(self.captured[start:].lstrip())
+            try:
+                value, end = _DECODER.raw_decode(self.captured, start)
+            except (ValueError, RecursionError):
+                return  # not closed yet (or no JSON: the parse at the end decides)
+            self._next = end
+            if not isinstance(value, dict):
+                continue
+            key = (str(value.get("name")), json.dumps(value.get("arguments"), sort_keys=True))
+            if key in self._made:
+                self.captured, self.repeated = self.captured[:at], True
+            self._made.add(key)
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _partial_tag(text: str) -> int:
