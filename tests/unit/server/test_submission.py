@@ -69,7 +69,9 @@ def spec(prompt: str = "hello", **kw: Any) -> GenerateSpec:
     return GenerateSpec(model=MODEL, prompt_text=prompt, prompt_ids=None, sampling=Sampling.of({}), **kw)
 
 
-def as_call(body: Callable[[], Awaitable[None]], *, device: int, caller: Tenant | None, waited: float) -> None:
+def as_call(
+    body: Callable[[], Awaitable[None]], *, device: int, caller: Tenant | None, waited: float
+) -> None:
     """Runs `body` as admission leaves a call: on a device, for a tenant, after a wait for its slot."""
 
     async def call() -> None:
