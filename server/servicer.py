@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -10,15 +9,14 @@ import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from server.admission.devices import CHOSEN
 from server.admission.handlers import ADMISSION_WAIT, STREAM_SLOT, abort
-from server.admission.tenants import CALLER
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
 from server.domain import ModelDescriptor, Usage
 from server.errors import InvalidArgument, ModelNotFound, SluiceError
 from server.metrics import Metrics
+from server.submission import call_deadline, chosen_replica, submit_generation
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -46,13 +44,9 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     async def Infer(self, request: pb.InferRequest, context: Context) -> pb.InferResponse:
         try:
             item = decode_infer(request)
-            replicas = self.batchers.get(item.model)
-            if replicas is None:
-                raise ModelNotFound(item.model, list(self.batchers))
-            batcher = replicas[CHOSEN.get()]
+            batcher = chosen_replica(self.batchers, item.model)
             batcher.model.validate(item.inputs)
-            remaining = context.time_remaining()
-            deadline = None if remaining is None else time.monotonic() + remaining
+            deadline = call_deadline(context)
             result = await batcher.submit(item, deadline, admission_wait_s=ADMISSION_WAIT.get())
             return encode_infer(item.model, item.request_id, result, typed=item.typed_outputs)
         except SluiceError as error:
@@ -64,28 +58,16 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     ) -> AsyncIterator[pb.GenerateResponse]:
         try:
             spec = decode_generate(request)
-            replicas = self.schedulers.get(spec.model)
-            if replicas is None:
-                raise ModelNotFound(spec.model, list(self.schedulers))
-            scheduler = replicas[CHOSEN.get()]
             slot = STREAM_SLOT.get()
-            remaining = context.time_remaining()
-            tenant = CALLER.get()
-            matcher = await scheduler.prepare(spec)
-            seq = scheduler.submit(
-                spec,
-                on_release=slot.release if slot is not None else None,
-                deadline=None if remaining is None else time.monotonic() + remaining,
-                salt=tenant.entry.cache_salt if tenant is not None else "",
-                matcher=matcher,
-                admission_wait_s=ADMISSION_WAIT.get(),
-            )
+            on_release = slot.release if slot is not None else None
+            submitted = await submit_generation(self.schedulers, spec, context, on_release=on_release)
         except SluiceError as error:
             await abort(context, error)
             raise
         # From here on errors arrive as a final message with a finish reason, never as a silent cut.
+        seq, tenant = submitted.seq, submitted.tenant
         try:
-            async for chunk in scheduler.chunks(seq):
+            async for chunk in submitted.scheduler.chunks(seq):
                 yield encode_chunk(chunk)
         finally:  # a caller that left is billed for what was generated for it
             if self.metrics is not None:

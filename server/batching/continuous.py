@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 import llguidance
 
 from server.batching.delivery import Delivery, finish
+from server.batching.extras import RequestExtras
 from server.batching.gauges import SchedulerGauges
 from server.batching.lookahead import Inflight, next_position
 from server.batching.memory import KvMemory
@@ -99,14 +100,15 @@ class ContinuousScheduler:
         *,
         on_release: Callable[[], None] | None = None,
         deadline: float | None = None,
-        salt: str = "",
+        extras: RequestExtras = RequestExtras(),  # noqa: B008 (frozen)
         matcher: llguidance.LLMatcher | None = None,
         admission_wait_s: float = 0.0,
     ) -> GenSequence:
         """Validates against the model's limits (raising before the stream starts) and queues to join.
         `on_release` is called once the sequence has left and given its KV region up; `deadline`
-        (monotonic) and the spec's priority rank it for memory; `salt` scopes its prefix cache;
-        `admission_wait_s`, the wait for its slot, counts in its timings."""
+        (monotonic) and the spec's priority rank it for memory; `extras` (the salt that scopes its prefix
+        cache) are resolved once for every API (server/submission.py); `admission_wait_s`, the wait for
+        its slot, counts in its timings."""
         prompt, params = resolve_request(spec, self.model, self.limits)
         name = self.model.descriptor.name
         if self.prompt_check and (refused := self.prompt_check(name, spec, len(prompt))):
@@ -121,7 +123,7 @@ class ContinuousScheduler:
             time.monotonic(),
             priority=spec.priority,
             deadline=math.inf if deadline is None else deadline,
-            salt=salt,
+            extras=extras,
             feed=list(prompt),
             on_release=on_release,
             admission_wait_s=admission_wait_s,

@@ -62,7 +62,7 @@ class KvMemory:
 
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
-        hit = self.prefix.match(seq.feed, seq.salt, seq.blocks)
+        hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
         need = len(seq.feed) + seq.params.max_tokens - seq.generated
         keep = {id(hit.region)} if hit is not None else set()
         region = self._reserve(need, seq, keep, preempt)
@@ -90,7 +90,7 @@ class KvMemory:
         """Its feed is in: the prompt's blocks may serve later requests."""
         if seq.region is not None:
             seq.region.written = seq.position
-            self.prefix.register(seq.region, seq.salt, seq.blocks.hashes)
+            self.prefix.register(seq.region, seq.extras.salt, seq.blocks.hashes)
 
     def wrote(self, seq: GenSequence, token: int) -> None:
         """A decode step wrote `token` (the sequence's last one) at its position - 1."""
@@ -112,7 +112,7 @@ class KvMemory:
         self.arena.disown(region)
         region.last_used = time.monotonic()
         self.arena.shrink(region, region.written)
-        self.prefix.register(region, seq.salt)
+        self.prefix.register(region, seq.extras.salt)
         self._cached[id(region)] = region
         while len(self._cached) > self._max_cached:
             self._evict(set())

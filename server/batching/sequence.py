@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from server.batching.extras import RequestExtras
 from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
 from server.domain import GenerateTimings, Priority, SamplingParams, Usage
@@ -30,7 +31,7 @@ class GenSequence:
     arrived: float
     priority: Priority = Priority.NORMAL
     deadline: float = math.inf  # monotonic; inf: none
-    salt: str = ""  # the prefix cache's namespace: the tenant's, or a group's the keys file shares
+    extras: RequestExtras = RequestExtras()  # noqa: RUF009 (frozen) - the salt, resolved once per request
     feed: list[int] = field(default_factory=list)
     blocks: FeedBlocks = field(default_factory=FeedBlocks)  # the prefix cache's hashes of the feed, once
     produced: list[int] = field(default_factory=list)  # the tokens sent, in order

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,16 +15,15 @@ import grpc
 from sluice.kserve.v2 import grpc_service_pb2 as v2
 from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
-from server.admission.devices import CHOSEN
 from server.admission.handlers import ADMISSION_WAIT, Context, abort
 from server.admission.streams import Admitted, StreamRefusal
-from server.admission.tenants import CALLER
 from server.errors import ModelNotFound, SluiceError, clip
 from server.kserve.calls import V2Call, parameter
 from server.kserve.requests import decode_generate_call, decode_infer
 from server.kserve.responses import ENABLE_FINAL, encode_chunk, encode_config, encode_infer, encode_metadata
 from server.kserve.shm import SharedMemory
 from server.servicer import InferenceServicer
+from server.submission import call_deadline, chosen_replica, submit_generation
 
 NAME = "sluice"
 EXTENSIONS = ("model_configuration", "generate", "binary_tensor_data")
@@ -88,13 +86,9 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
             raise
 
     async def _infer(self, request: V2Call, context: Context) -> v2.ModelInferResponse:
-        replicas = self.servicer.batchers.get(request.model)
-        if replicas is None:
-            raise ModelNotFound(request.model, list(self.servicer.batchers))
-        batcher = replicas[CHOSEN.get()]
+        batcher = chosen_replica(self.servicer.batchers, request.model)
         batch = decode_infer(request, batcher.model.descriptor, self.shm.reader(context))
-        remaining = context.time_remaining()
-        deadline = None if remaining is None else time.monotonic() + remaining
+        deadline = call_deadline(context)
         wait = ADMISSION_WAIT.get()
         items = batch.items
         if len(items) == 1:  # the common call: no task per row
@@ -161,26 +155,18 @@ class KServeServicer(v2_grpc.GRPCInferenceServiceServicer):
             return
         try:
             spec = decode_generate_call(call)
-            replicas = self.servicer.schedulers.get(spec.model)
-            if replicas is None:
-                raise ModelNotFound(spec.model, list(self.servicer.schedulers))
-            scheduler = replicas[CHOSEN.get()]
-            remaining = context.time_remaining()
-            tenant = CALLER.get()
-            seq = scheduler.submit(
-                spec,
-                on_release=item.slot.release,
-                deadline=None if remaining is None else time.monotonic() + remaining,
-                salt=tenant.entry.cache_salt if tenant is not None else "",
+            submitted = await submit_generation(
+                self.servicer.schedulers, spec, context, on_release=item.slot.release
             )
         except SluiceError as error:
             item.slot.release()
             await out.put(_error(error))
             return
         flag = parameter(call.message.parameters, ENABLE_FINAL) is True
+        scheduler = submitted.scheduler
         version = scheduler.model.descriptor.version
         # From here on errors arrive as a final chunk with an error, as on Generate.
-        async for chunk in scheduler.chunks(seq):
+        async for chunk in scheduler.chunks(submitted.seq):
             await out.put(encode_chunk(spec.model, version, call.request_id, chunk, flag_final=flag))
 
     async def ModelStatistics(self, request: Any, context: Context) -> Any:

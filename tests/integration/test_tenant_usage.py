@@ -1,6 +1,7 @@
 """Usage per tenant (issue 22, item 3): prompt, completion and cached tokens are counted by tenant and model
 (labels bounded by the keys file and the served models), a caller that leaves is counted for what was
-generated for it, and the shim's access-log line names the tenant, the model and the tokens."""
+generated for it, and the shim's access-log line names the tenant, the model and the tokens. Issue 35: the
+prefix cache's salt is the tenant's on both APIs (server/submission.py resolves it once for both)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import openai
 import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
+from sluice.kserve.v2 import grpc_service_pb2 as v2
+from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
 
@@ -40,9 +43,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc
     assert server.terminate() == 0, server.diagnostics()
 
 
-def generate(stub: pb_grpc.InferenceServiceStub, token: str, max_tokens: int) -> pb.GenerateResponse:
+def generate(
+    stub: pb_grpc.InferenceServiceStub, token: str, max_tokens: int, text: str = "count me"
+) -> pb.GenerateResponse:
     request = pb.GenerateRequest(
-        model="byte-lm", text="count me", sampling=pb.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        model="byte-lm", text=text, sampling=pb.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     )
     return list(stub.Generate(request, metadata=(("authorization", f"Bearer {token}"),), timeout=30))[-1]
 
@@ -118,3 +123,27 @@ def test_a_caller_that_leaves_is_counted_and_labels_stay_bounded(
     )
     tenants = {dict(labels).get("tenant") for (name, labels) in server.metrics() if name in COUNTERS}
     assert tenants == {"alpha", "beta"}
+
+
+def test_a_prompt_cached_on_one_api_is_a_hit_for_its_tenant_on_the_other_only(
+    stack: tuple[ServerProcess, ShimProcess],
+) -> None:
+    """Alpha's v2 stream leaves the prompt in the prefix cache under alpha's salt: alpha's Generate finds
+    it, beta's (another salt) does not."""
+    server, _ = stack
+    prompt = "A sluice holds back the water and lets it through in measure, one lock at a time. " * 2
+    request = v2.ModelInferRequest(model_name="byte-lm")
+    request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(len(prompt.encode()).to_bytes(4, "little") + prompt.encode())
+    request.parameters["max_tokens"].int64_param = 2
+    with grpc.insecure_channel(server.target) as channel:
+        alpha = (("authorization", f"Bearer {ALPHA}"),)
+        streamed = list(
+            v2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]), metadata=alpha)
+        )
+        assert streamed and not any(r.error_message for r in streamed), streamed
+        stub = pb_grpc.InferenceServiceStub(channel)
+        other = generate(stub, BETA, 2, prompt)
+        same = generate(stub, ALPHA, 2, prompt)
+    assert other.usage.cached_tokens == 0
+    assert same.usage.cached_tokens >= same.usage.prompt_tokens - 16, same.usage

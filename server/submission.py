@@ -1,0 +1,76 @@
+"""How a decoded call reaches its model, for both APIs on the port (Sluice's InferenceService and KServe
+v2): the replica admission chose (NOT_FOUND for a model not served here) and the call's deadline; for a
+Generate, the request's extras resolved once (server/batching/extras.py: the tenant's prefix-cache salt,
+where a per-request adapter would be resolved), its constraint compiled off the event loop, then the
+scheduler's submit. Decoding and answering stay with each API's servicer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from server.admission.devices import CHOSEN
+from server.admission.handlers import ADMISSION_WAIT
+from server.admission.tenants import CALLER, Tenant
+from server.batching.continuous import ContinuousScheduler
+from server.batching.extras import RequestExtras
+from server.batching.sequence import GenSequence
+from server.domain import GenerateSpec
+from server.errors import ModelNotFound
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Replica = TypeVar("Replica")
+
+
+def chosen_replica(replicas: Mapping[str, Sequence[Replica]], model: str) -> Replica:
+    """The replica of `model` on the device admission admitted the call on; NOT_FOUND naming the models
+    served this way where `model` is not one of them."""
+    found = replicas.get(model)
+    if found is None:
+        raise ModelNotFound(model, list(replicas))
+    return found[CHOSEN.get()]
+
+
+def call_deadline(context: Context) -> float | None:
+    """The call's deadline on the monotonic clock; None where the caller set none."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A generation queued to join its scheduler: the scheduler streams its chunks; the tenant is billed."""
+
+    scheduler: ContinuousScheduler
+    seq: GenSequence
+    tenant: Tenant | None
+
+
+async def submit_generation(
+    schedulers: Mapping[str, Sequence[ContinuousScheduler]],
+    spec: GenerateSpec,
+    context: Context,
+    *,
+    on_release: Callable[[], None] | None,
+) -> Submitted:
+    """Raises SluiceError before anything is queued, in this order: the model (NOT_FOUND), the constraint
+    (compiled on a thread, or refused for its size first), then the model's limits (the scheduler's own
+    checks). `on_release` gives the admission slot back once the sequence has left its KV region."""
+    scheduler = chosen_replica(schedulers, spec.model)
+    deadline = call_deadline(context)
+    tenant = CALLER.get()
+    extras = RequestExtras.of(spec, tenant_salt=tenant.entry.cache_salt if tenant is not None else "")
+    matcher = await scheduler.prepare(spec)
+    seq = scheduler.submit(
+        spec,
+        on_release=on_release,
+        deadline=deadline,
+        extras=extras,
+        matcher=matcher,
+        admission_wait_s=ADMISSION_WAIT.get(),
+    )
+    return Submitted(scheduler, seq, tenant)
