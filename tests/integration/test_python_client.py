@@ -10,6 +10,7 @@ import torch
 
 from clients import AsyncSluiceClient, InvalidArgumentError, NotFoundError, SluiceClient
 from server.runtimes.mlp import build_mlp
+from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess
 
 
@@ -35,7 +36,8 @@ def test_sync_generate_streams_chunks_with_exact_usage(server: ServerProcess) ->
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage is not None
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (5, 20)
-    assert sum(len(c.token_ids) for c in chunks) == 20
+    # The tokens the seeded model itself samples (none of them EOS, or the stream would have stopped).
+    assert [t for c in chunks for t in c.token_ids] == byte_lm_reference.generate("Hello", 20, seed=3)
 
 
 def test_list_and_get_models(server: ServerProcess) -> None:
@@ -67,7 +69,7 @@ def test_async_client_runs_concurrent_calls(server: ServerProcess) -> None:
         np.testing.assert_allclose(
             y, reference_mlp(np.full(512, i / 10, dtype=np.float32)), rtol=1e-4, atol=1e-5
         )
-    assert text
+    assert text == byte_lm_reference.text(byte_lm_reference.generate("abc", 8, seed=1))
 
 
 def test_seeded_generation_is_reproducible(server: ServerProcess) -> None:

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from server.batching.sampling import uniforms
 from server.runtimes.byte_lm import DEFAULT_CONTEXT, EOS, ByteLm
 
+__all__ = ["EOS", "chat_prompt", "generate", "logits", "logprobs", "model", "text"]
+
 
 @functools.cache
 def model(context_length: int = DEFAULT_CONTEXT) -> ByteLm:
@@ -36,6 +38,16 @@ def logits(lm: ByteLm, ids: Sequence[int]) -> torch.Tensor:
         x = x + block.mlp(block.ln2(x))
     last: torch.Tensor = lm.head(lm.ln_f(x[-1]))
     return last
+
+
+def logprobs(prompt: str, tokens: Sequence[int]) -> list[float]:
+    """Each token's log-probability under the model given the prompt and the tokens before it."""
+    ids = list(prompt.encode())
+    with _one_thread(), torch.inference_mode():
+        return [
+            float(torch.log_softmax(logits(model(), ids + list(tokens[:i])).double(), dim=-1)[token])
+            for i, token in enumerate(tokens)
+        ]
 
 
 def chat_prompt(messages: Sequence[dict[str, str]]) -> str:
