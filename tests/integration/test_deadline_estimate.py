@@ -44,7 +44,7 @@ def short_generate(server: ServerProcess) -> pb.GenerateResponse:
     """The bystander: 2 tokens with a 3 s deadline, on a connection of its own."""
     with grpc.insecure_channel(server.target) as channel:
         request = pb.GenerateRequest(
-            model="byte-lm", text="probe", sampling=pb.SamplingParams(max_tokens=2, seed=1)
+            model="byte-lm", text="probe", sampling=pb.SamplingParams(max_tokens=2, seed=1, ignore_eos=True)
         )
         replies = list(pb_grpc.InferenceServiceStub(channel).Generate(request, timeout=DEADLINE_S))
     assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH, replies[-1]
