@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from clients import AsyncSluiceClient, InvalidArgumentError, NotFoundError, SluiceClient
+from server.config import Settings
+from server.runtimes.byte_lm import DEFAULT_CONTEXT
 from server.runtimes.mlp import build_mlp
 from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess
@@ -48,6 +50,8 @@ def test_list_and_get_models(server: ServerProcess) -> None:
             client.get_model("missing")
     assert names == ["all-minilm-l6-v2", "byte-lm", "mlp"]
     assert lm.kind == "generative" and lm.context_length > 0 and lm.max_concurrent_sequences > 0
+    # The server's defaults (no --context-length, --max-sequences in the session's server).
+    assert (lm.context_length, lm.max_concurrent_sequences) == (DEFAULT_CONTEXT, Settings().max_sequences)
 
 
 def test_typed_errors_carry_the_code_and_field(server: ServerProcess) -> None:
@@ -79,5 +83,5 @@ def test_seeded_generation_is_reproducible(server: ServerProcess) -> None:
             for _ in range(2)
         ]
         other = [t for c in client.generate("byte-lm", "seed", max_tokens=16, seed=43) for t in c.token_ids]
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == byte_lm_reference.generate("seed", 16, seed=42)
     assert runs[0] != other
