@@ -45,10 +45,9 @@ def test_every_call_writes_one_json_line_and_ids_are_generated(logged: ServerPro
         stub = pb_grpc.InferenceServiceStub(channel)
         named = stub.Infer(infer("abc-1"), timeout=30)
         anonymous = stub.Infer(infer(), timeout=30)
-        stream = stub.Generate(
-            pb.GenerateRequest(model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=5)),
-            timeout=30,
-        )
+        # ignore_eos: the five tokens the log must count, whatever the model's weights say.
+        sampling = pb.SamplingParams(max_tokens=5, ignore_eos=True)
+        stream = stub.Generate(pb.GenerateRequest(model="byte-lm", text="hi", sampling=sampling), timeout=30)
         replies = list(stream)
         trailers = dict(stream.trailing_metadata() or ())
         with pytest.raises(grpc.RpcError):

@@ -24,6 +24,7 @@ from clients import (
     SluiceClient,
     UnauthenticatedError,
 )
+from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
 GRPCURL = shutil.which("grpcurl") or str(Path(sys.executable).parent / "grpcurl")
@@ -179,6 +180,7 @@ def test_the_openai_sdk_with_an_api_key(shim: ShimProcess) -> None:
     with openai.OpenAI(base_url=f"{shim.url}/v1", api_key=ALPHA, max_retries=0) as sdk:
         answer = sdk.completions.create(model="byte-lm", prompt="hello", max_tokens=4, seed=1)
     assert answer.usage is not None and answer.usage.completion_tokens == 4
+    assert answer.choices[0].text == byte_lm_reference.text(byte_lm_reference.generate("hello", 4, seed=1))
     with (
         openai.OpenAI(base_url=f"{shim.url}/v1", api_key="wrong", max_retries=0) as wrong,
         pytest.raises(openai.AuthenticationError),

@@ -54,7 +54,9 @@ def nothing_left_behind(server: ServerProcess, stub: pb_grpc.InferenceServiceStu
     assert reply.outputs[0].shape == [512]
     tokens = list(
         stub.Generate(
-            pb.GenerateRequest(model="byte-lm", text="ok", sampling=pb.SamplingParams(max_tokens=3)),
+            pb.GenerateRequest(
+                model="byte-lm", text="ok", sampling=pb.SamplingParams(max_tokens=3, ignore_eos=True)
+            ),
             timeout=30,
         )
     )

@@ -44,7 +44,7 @@ def short_generate(server: ServerProcess) -> pb.GenerateResponse:
     """The bystander: 2 tokens with a 3 s deadline, on a connection of its own."""
     with grpc.insecure_channel(server.target) as channel:
         request = pb.GenerateRequest(
-            model="byte-lm", text="probe", sampling=pb.SamplingParams(max_tokens=2, seed=1)
+            model="byte-lm", text="probe", sampling=pb.SamplingParams(max_tokens=2, seed=1, ignore_eos=True)
         )
         replies = list(pb_grpc.InferenceServiceStub(channel).Generate(request, timeout=DEADLINE_S))
     assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH, replies[-1]
@@ -75,7 +75,9 @@ def test_a_stalled_peer_does_not_lock_short_deadlines_out(server: ServerProcess)
         for i in range(STREAMS):
             peer.generate(
                 pb.GenerateRequest(
-                    model="byte-lm", text="never read", sampling=pb.SamplingParams(max_tokens=1000, seed=i)
+                    model="byte-lm",
+                    text="never read",
+                    sampling=pb.SamplingParams(max_tokens=1000, seed=i, ignore_eos=True),
                 )
             )
         wait_until(
@@ -106,7 +108,10 @@ def test_slow_sse_readers_through_the_shim_do_not_lock_short_deadlines_out(serve
     shim = start_shim(server.target)
     readers: list[socket.socket] = []
     try:
-        body = b'{"model": "byte-lm", "prompt": "slow", "max_tokens": 1000, "stream": true, "seed": 3}'
+        body = (
+            b'{"model": "byte-lm", "prompt": "slow", "max_tokens": 1000, "stream": true, "seed": 3,'
+            b' "ignore_eos": true}'
+        )
         request = (
             b"POST /v1/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\n\r\n%s" % (len(body), body)

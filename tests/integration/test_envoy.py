@@ -27,6 +27,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from clients import SluiceClient, SluiceError
+from tests.support import byte_lm_reference
 from tests.support.h2peer import H2Peer
 from tests.support.processes import ROOT, Process, ServerProcess, start_servers, wait_until
 
@@ -242,11 +243,14 @@ def test_envoy_balances_calls_and_passes_streams(steady_stack: tuple[list[Server
         for _ in range(40):
             assert len(infer(stub).outputs[0].raw_contents) == 512 * 4
         request = pb.GenerateRequest(
-            model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=64, ignore_eos=True)
+            model="byte-lm", text="hi", sampling=pb.SamplingParams(max_tokens=64, ignore_eos=True, seed=2)
         )
         replies = list(stub.Generate(request, timeout=60))
     assert replies[-1].finish_reason == pb.FINISH_REASON_LENGTH
-    assert sum(len(r.text) for r in replies) > 0
+    # The stream came through whole: the seeded model's 64 tokens, in order.
+    expected = byte_lm_reference.generate("hi", 64, seed=2, ignore_eos=True)
+    assert [t for r in replies for t in r.token_ids] == expected
+    assert "".join(r.text for r in replies) == byte_lm_reference.text(expected) != ""
     counts = [admitted(s) - b for s, b in zip(servers, before, strict=True)]
     assert min(counts) >= 5, counts
 

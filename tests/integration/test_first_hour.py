@@ -16,6 +16,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2
 
 from clients import SluiceClient
+from tests.support.hf_models import greedy_reference
 from tests.support.processes import ROOT, ServerProcess, start_server
 from tests.support.readme import readme_block
 
@@ -58,6 +59,9 @@ def test_hf_models_alone_serve_just_those(tmp_path: Path) -> None:
             assert [m.name for m in client.list_models()] == ["gen"]
             chunks = list(client.generate("gen", "hi", max_tokens=4, temperature=0.0, ignore_eos=True))
         assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+        # The checkpoint's own greedy tokens (transformers' generate): the server ran that model.
+        expected = greedy_reference(tmp_path / "gen", list(b"hi"), 4)
+        assert [t for c in chunks for t in c.token_ids] == expected
     finally:
         assert server.terminate() == 0, server.diagnostics()
 

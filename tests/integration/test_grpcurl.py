@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess
 
 GRPCURL = shutil.which("grpcurl") or str(Path(sys.executable).parent / "grpcurl")
@@ -86,6 +87,9 @@ def test_streams_generate(server: ServerProcess) -> None:
     assert messages[-1]["finish_reason"] == "FINISH_REASON_LENGTH"
     assert messages[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
     assert sum(len(m.get("token_ids", [])) for m in messages) == 12
+    # The tokens the seeded model samples at that temperature: grpcurl carried the model's answer.
+    sampled = [t for m in messages for t in m.get("token_ids", [])]
+    assert sampled == byte_lm_reference.generate("Hello", 12, seed=7, temperature=0.8)
 
 
 @pytest.mark.parametrize("service", ["", "sluice.inference.v1.InferenceService"])

@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from tests.support import byte_lm_reference
 from tests.support.faulty_models import SLOW
 from tests.support.processes import ServerProcess, start_server, wait_until
 
@@ -104,11 +105,15 @@ def test_huge_stop_lists_cost_the_event_loop_nothing_noticeable(server: ServerPr
             while time.monotonic() < stop_at:
                 loaded.append(check_s())
             sent = sum(a.result() for a in attackers)
-        # A valid stop still works after all that.
-        replies = list(stub.Generate(with_stops(["\n"]), timeout=30))
+        # A valid stop still works after all that: one the seeded stream reaches (its reference's text).
+        unstopped = byte_lm_reference.text(byte_lm_reference.generate("Once", 64, seed=1))
+        stop = unstopped[8:11]
+        assert stop.isprintable() and "\ufffd" not in stop, unstopped
+        replies = list(stub.Generate(with_stops([stop]), timeout=30))
     assert sent >= 8
     assert sorted(loaded)[len(loaded) // 2] < max(10 * quiet, 0.05), (quiet, sorted(loaded))
-    assert replies[-1].finish_reason in (pb.FINISH_REASON_STOP, pb.FINISH_REASON_LENGTH)
+    assert replies[-1].finish_reason == pb.FINISH_REASON_STOP
+    assert "".join(r.text for r in replies) == unstopped[: unstopped.index(stop)]
 
 
 # -- item 7: echoes are clipped ------------------------------------------------------------------------

@@ -22,7 +22,9 @@ SLOTS = 8
 
 def generate(max_tokens: int, seed: int) -> pb.GenerateRequest:
     return pb.GenerateRequest(
-        model="byte-lm", text="never read", sampling=pb.SamplingParams(max_tokens=max_tokens, seed=seed)
+        model="byte-lm",
+        text="never read",
+        sampling=pb.SamplingParams(max_tokens=max_tokens, seed=seed, ignore_eos=True),
     )
 
 

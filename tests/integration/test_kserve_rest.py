@@ -14,6 +14,7 @@ import pytest
 
 from clients import SluiceClient
 from tests.integration.test_kserve_tritonclient import X, run_probe
+from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess, ShimProcess
 
 
@@ -101,6 +102,7 @@ def test_generate_and_generate_stream(shim: ShimProcess, server: ServerProcess) 
     body = {"text_input": "Hi v2", "parameters": {"max_tokens": 10, "temperature": 0}}
     whole = httpx.post(f"{shim.url}/v2/models/byte-lm/generate", json=body, timeout=60).json()
     assert whole["text_output"] == own and whole["finish_reason"] == "length"
+    assert own == byte_lm_reference.text(byte_lm_reference.generate("Hi v2", 10, temperature=0))
     with httpx.stream("POST", f"{shim.url}/v2/models/byte-lm/generate_stream", json=body, timeout=60) as sse:
         assert sse.headers["content-type"].startswith("text/event-stream")
         events = [json.loads(line[6:]) for line in sse.iter_lines() if line.startswith("data: ")]

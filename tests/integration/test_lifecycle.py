@@ -44,7 +44,10 @@ def test_health_follows_warmup_and_drain_and_readyz_follows_health() -> None:
             stub = pb_grpc.InferenceServiceStub(channel)
             stream = stub.Generate(
                 pb.GenerateRequest(
-                    model="byte-lm", text="drain", sampling=pb.SamplingParams(max_tokens=1000, temperature=0)
+                    model="byte-lm",
+                    text="drain",
+                    # ignore_eos: the stream ends by length or by the drain, whatever the model's weights.
+                    sampling=pb.SamplingParams(max_tokens=1000, temperature=0, ignore_eos=True),
                 )
             )
             next(stream)
@@ -57,6 +60,10 @@ def test_health_follows_warmup_and_drain_and_readyz_follows_health() -> None:
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             last = list(stream)[-1]
             assert last.finish_reason in (pb.FINISH_REASON_LENGTH, pb.FINISH_REASON_CANCELLED)
+            if last.finish_reason == pb.FINISH_REASON_LENGTH:
+                assert last.usage.completion_tokens == 1000
+            else:
+                assert last.error.reason == "SHUTTING_DOWN"
         assert server.proc.wait(timeout=60) == 0
     finally:
         if shim is not None:
@@ -75,7 +82,7 @@ def test_sigterm_during_eight_streams_ends_each_cleanly_and_exits_zero() -> None
             request = pb.GenerateRequest(
                 model="byte-lm",
                 text=f"stream {index}",
-                sampling=pb.SamplingParams(max_tokens=100 + 400 * index, seed=index),
+                sampling=pb.SamplingParams(max_tokens=100 + 400 * index, seed=index, ignore_eos=True),
             )
             try:
                 stream = stub.Generate(request, timeout=60)
@@ -99,11 +106,12 @@ def test_sigterm_during_eight_streams_ends_each_cleanly_and_exits_zero() -> None
     reasons = {r.finish_reason for r in results if isinstance(r, pb.GenerateResponse)}
     # The longest stream (2,900 decode steps) cannot finish within the grace period: it is ended cleanly.
     assert pb.FINISH_REASON_CANCELLED in reasons, results
-    for result in results:
+    for index, result in enumerate(results):
         assert isinstance(result, pb.GenerateResponse), result
         if result.finish_reason == pb.FINISH_REASON_CANCELLED:
             assert result.error.reason == "SHUTTING_DOWN"
+            assert 0 < result.usage.completion_tokens < 100 + 400 * index
         else:
             assert result.finish_reason == pb.FINISH_REASON_LENGTH
-        assert result.usage.completion_tokens > 0
+            assert result.usage.completion_tokens == 100 + 400 * index
     wait_until(lambda: server.proc.poll() is not None, what="server exit")

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import byte_lm_reference
 from tests.support.processes import Process, spawn, wait_until
 
 SLUICE_UP = ["-c", "import sys; from launcher.cli import main; sys.exit(main())", "up"]
@@ -70,17 +71,21 @@ def test_sluice_up_serves_a_streamed_completion_and_stops_on_ctrl_c(up: Process)
     sluice = str(Path(sys.executable).parent / "sluice")
     assert Path(sluice).exists()  # the console script the README's command runs
     _, http_port = ports_of(up)
-    body = {"model": "byte-lm", "prompt": "Once upon a time", "max_tokens": 16, "stream": True}
+    body = {"model": "byte-lm", "prompt": "Once upon a time", "max_tokens": 16, "seed": 7, "stream": True}
     events: list[str] = []
+    streamed: list[int] = []
     with httpx.stream("POST", f"http://127.0.0.1:{http_port}/v1/generate", json=body, timeout=30) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("event:"):
                 events.append(line.split(":", 1)[1].strip())
+            if line.startswith("data:") and events[-1] == "token":
+                streamed += json.loads(line[5:])["token_ids"]
             if line.startswith("data:") and events[-1] == "done":
                 assert json.loads(line[5:])["usage"]["completion_tokens"] == 16
     assert events[0] == "token" and events[-1] == "done"
+    assert streamed == byte_lm_reference.generate("Once upon a time", 16, seed=7)  # the seeded model's own
     children = child_pids(up.pid)
     assert len(children) == 2
     up.proc.send_signal(signal.SIGINT)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.integration.test_python_client import reference_mlp
+from tests.support import byte_lm_reference
 from tests.support.processes import ROOT, ServerProcess
 
 NODE_DIR = ROOT / "clients" / "node"
@@ -53,6 +54,8 @@ def test_node_generate_streams_until_length(server: ServerProcess) -> None:
     assert len(lines) >= 2
     assert lines[-1]["finish_reason"] == "length"
     assert lines[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
+    sampled = [t for line in lines for t in line.get("token_ids") or []]
+    assert sampled == byte_lm_reference.generate("Hello", 12, seed=5)
 
 
 CONSTRAINED = r"""

@@ -18,6 +18,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from shim.openai.response_models import ChatCompletion, Completion, ModelList
+from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
 from tests.support.readme import readme_block
 
@@ -47,7 +48,10 @@ def test_a_streamed_chat_says_what_the_whole_answer_says(shim: ShimProcess) -> N
     whole = sdk.chat.completions.create(model="byte-lm", messages=MESSAGES, max_tokens=24, seed=11)  # type: ignore[arg-type]
     ChatCompletion.model_validate(whole.model_dump())
     assert whole.choices[0].message.role == "assistant" and whole.usage is not None
-    assert whole.usage.completion_tokens == 24 or whole.choices[0].finish_reason == "stop"
+    expected = byte_lm_reference.generate(byte_lm_reference.chat_prompt(MESSAGES), 24, seed=11)
+    assert whole.choices[0].message.content == byte_lm_reference.text(expected)
+    ends = "stop" if expected[-1] == byte_lm_reference.EOS else "length"
+    assert (whole.usage.completion_tokens, whole.choices[0].finish_reason) == (len(expected), ends)
     stream = sdk.chat.completions.create(
         model="byte-lm",
         messages=MESSAGES,
@@ -75,11 +79,16 @@ def test_completions_with_two_choices_and_logprobs(shim: ShimProcess) -> None:
     Completion.model_validate(answer.model_dump())
     assert [c.index for c in answer.choices] == [0, 1]
     assert answer.choices[0].text != answer.choices[1].text  # seeds 3 and 4
+    sampled = [byte_lm_reference.generate("Once upon a time", 6, seed=seed) for seed in (3, 4)]
+    assert [c.text for c in answer.choices] == [byte_lm_reference.text(t) for t in sampled]
     for choice in answer.choices:
         logprobs = choice.logprobs
         assert logprobs is not None and logprobs.tokens is not None and logprobs.token_logprobs is not None
         assert "".join(logprobs.tokens) == choice.text.replace("\ufffd", "") or len(logprobs.tokens) == 6
         assert all(lp <= 0 for lp in logprobs.token_logprobs)
+        # Each chosen token's log-probability under the model (temperature 1: the raw distribution).
+        reference = byte_lm_reference.logprobs("Once upon a time", sampled[choice.index])
+        assert logprobs.token_logprobs == pytest.approx(reference, abs=1e-4)
         assert logprobs.top_logprobs is not None and all(len(top) <= 2 for top in logprobs.top_logprobs)
     assert (
         answer.usage is not None and answer.usage.prompt_tokens == 16 and answer.usage.completion_tokens == 12
@@ -287,7 +296,11 @@ def test_the_readme_sdk_example_runs_as_written(shim: ShimProcess) -> None:
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     streamed, counted = ran.stdout.rstrip("\n").rsplit("\n", 1)
-    assert streamed.strip(), ran.stdout
+    # The example's seeded chat, as the model says it (text mode reads a carriage return as a newline).
+    turns = [{"role": "user", "content": "Tell me about rivers."}]
+    tokens = byte_lm_reference.generate(byte_lm_reference.chat_prompt(turns), 32, seed=7)
+    said = byte_lm_reference.text(tokens)
+    assert streamed == said.replace("\r\n", "\n").replace("\r", "\n"), ran.stdout
     assert counted == "2 vectors of 384"
 
 

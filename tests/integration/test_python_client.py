@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from clients import AsyncSluiceClient, InvalidArgumentError, NotFoundError, SluiceClient
+from server.config import Settings
+from server.runtimes.byte_lm import DEFAULT_CONTEXT
 from server.runtimes.mlp import build_mlp
+from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess
 
 
@@ -35,7 +38,8 @@ def test_sync_generate_streams_chunks_with_exact_usage(server: ServerProcess) ->
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage is not None
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (5, 20)
-    assert sum(len(c.token_ids) for c in chunks) == 20
+    # The tokens the seeded model itself samples (none of them EOS, or the stream would have stopped).
+    assert [t for c in chunks for t in c.token_ids] == byte_lm_reference.generate("Hello", 20, seed=3)
 
 
 def test_list_and_get_models(server: ServerProcess) -> None:
@@ -46,6 +50,8 @@ def test_list_and_get_models(server: ServerProcess) -> None:
             client.get_model("missing")
     assert names == ["all-minilm-l6-v2", "byte-lm", "mlp"]
     assert lm.kind == "generative" and lm.context_length > 0 and lm.max_concurrent_sequences > 0
+    # The server's defaults (no --context-length, --max-sequences in the session's server).
+    assert (lm.context_length, lm.max_concurrent_sequences) == (DEFAULT_CONTEXT, Settings().max_sequences)
 
 
 def test_typed_errors_carry_the_code_and_field(server: ServerProcess) -> None:
@@ -67,7 +73,7 @@ def test_async_client_runs_concurrent_calls(server: ServerProcess) -> None:
         np.testing.assert_allclose(
             y, reference_mlp(np.full(512, i / 10, dtype=np.float32)), rtol=1e-4, atol=1e-5
         )
-    assert text
+    assert text == byte_lm_reference.text(byte_lm_reference.generate("abc", 8, seed=1))
 
 
 def test_seeded_generation_is_reproducible(server: ServerProcess) -> None:
@@ -77,5 +83,5 @@ def test_seeded_generation_is_reproducible(server: ServerProcess) -> None:
             for _ in range(2)
         ]
         other = [t for c in client.generate("byte-lm", "seed", max_tokens=16, seed=43) for t in c.token_ids]
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == byte_lm_reference.generate("seed", 16, seed=42)
     assert runs[0] != other

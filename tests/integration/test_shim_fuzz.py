@@ -231,7 +231,9 @@ def test_both_processes_serve_afterwards_with_nothing_in_flight(
     ones = {"name": "x", "dtype": "FLOAT32", "shape": [512], "data": [1.0] * 512}
     infer = http.post("/v1/infer", json={"model": "mlp", "inputs": [ones]})
     assert infer.status_code == 200, infer.text
-    generated = http.post("/v1/generate", json={"model": "byte-lm", "prompt": "ok", "max_tokens": 3})
+    generated = http.post(
+        "/v1/generate", json={"model": "byte-lm", "prompt": "ok", "max_tokens": 3, "ignore_eos": True}
+    )
     assert generated.status_code == 200, generated.text
     assert generated.json()["usage"]["completion_tokens"] == 3
     ready = http.get("/readyz")

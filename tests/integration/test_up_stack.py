@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from clients import SluiceClient, UnauthenticatedError, UnavailableError, tls_credentials
+from tests.support import byte_lm_reference
 from tests.support.processes import ROOT, Process
 
 trustme = pytest.importorskip("trustme")
@@ -60,12 +61,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def test_the_openai_sdk_is_served_with_the_key(stack: Stack) -> None:
+    messages = [{"role": "user", "content": "Once upon a time"}]
     with openai.OpenAI(base_url=f"{stack.http_url}/v1", api_key=TOKEN, max_retries=0) as client:
-        reply = client.chat.completions.create(
-            model="byte-lm", messages=[{"role": "user", "content": "Once upon a time"}], max_tokens=8
-        )
-    assert reply.choices[0].message.content
-    assert reply.usage is not None and reply.usage.completion_tokens > 0
+        reply = client.chat.completions.create(model="byte-lm", messages=messages, max_tokens=8, seed=5)  # type: ignore[arg-type]
+    # What the seeded model says to that conversation: the stack served the model, not something.
+    expected = byte_lm_reference.generate(byte_lm_reference.chat_prompt(messages), 8, seed=5)
+    assert reply.choices[0].message.content == byte_lm_reference.text(expected)
+    assert reply.usage is not None and reply.usage.completion_tokens == len(expected)
 
 
 def test_a_call_without_the_key_is_refused_at_the_shim(stack: Stack) -> None:

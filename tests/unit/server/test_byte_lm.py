@@ -1,6 +1,6 @@
 """The byte LM's cache paths agree: batched prefill equals one-by-one prefill, a prompt prefilled in chunks
-(or after a cached prefix copied from another region) equals it whole, and a decode step equals
-prefilling the longer prompt."""
+(or after a cached prefix copied from another region) equals it whole, a decode step equals prefilling the
+longer prompt, and the served forward equals the tests' eager reference (tests/support/byte_lm_reference)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 
 from server.runtimes.base import Prefill
 from server.runtimes.byte_lm import ByteLm
+from tests.support import byte_lm_reference
 
 NONE = torch.empty(0, dtype=torch.long)
 
@@ -54,3 +55,13 @@ def test_decode_after_prefill_equals_prefill_of_the_longer_prompt() -> None:
         whole = lm.prefill(64, [*ids, token])
         torch.testing.assert_close(stepped[0], whole, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(stepped[1], whole, atol=1e-4, rtol=1e-4)
+
+
+def test_the_served_forward_is_the_plain_causal_transformer_the_tests_compare_with() -> None:
+    """The integration tests' reference (an eager forward from the module's weights) is this model."""
+    with torch.inference_mode():
+        lm = model()
+        ids = list(b"The sluice gate opens at dawn.")
+        torch.testing.assert_close(
+            lm.prefill(0, ids), byte_lm_reference.logits(lm, ids), atol=1e-4, rtol=1e-4
+        )
