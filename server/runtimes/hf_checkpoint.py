@@ -26,14 +26,16 @@ class HfCheckpoint:
         from transformers import AutoConfig
 
         self.path = path
-        self.config: Any = AutoConfig.from_pretrained(path)
+        # A GGUF file holds the config, tokenizer and chat template itself; transformers reads them from it.
+        source, gguf = (path.parent, {"gguf_file": path.name}) if path.suffix == ".gguf" else (path, {})
+        self.config: Any = AutoConfig.from_pretrained(source, **gguf)
         self.vocab_size = int(self.config.vocab_size)
         limit: Any = getattr(self.config, "max_position_embeddings", None) or getattr(
             self.config, "n_positions", None
         )
         # --context-length 0: the model's own (a config that names none: 2,048).
         self.context_length = min(context_length or int(limit or 2048), int(limit or context_length or 2048))
-        self.tokenizer = _load_tokenizer(path)
+        self.tokenizer = _load_tokenizer(source, **gguf)
         self.token_bytes = _token_bytes_table(self.tokenizer, self.vocab_size)
         eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer else self.config.eos_token_id
         self.eos_id: int | None = eos if isinstance(eos, int) and 0 <= eos < self.vocab_size else None
@@ -82,14 +84,15 @@ class HfCheckpoint:
         )
 
 
-def _load_tokenizer(path: Path) -> Any:
-    """The directory's tokenizer, or None: then token ids are bytes (the vocabulary must cover 0-255)."""
+def _load_tokenizer(path: Path, **gguf: str) -> Any:
+    """The directory's (or GGUF file's) tokenizer, or None: then token ids are bytes (the vocabulary must
+    cover 0-255)."""
     from transformers import AutoTokenizer
 
-    if not any((path / name).exists() for name in _TOKENIZER_FILES):
+    if not gguf and not any((path / name).exists() for name in _TOKENIZER_FILES):
         return None  # transformers would otherwise invent an empty tokenizer from the model type
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, **gguf)
     except (OSError, ValueError, TypeError):
         return None
 
