@@ -4,7 +4,7 @@ STAMP := .venv/.installed
 
 .PHONY: setup up test lint proto proto-check cuda-wheels
 
-$(STAMP): requirements.lock pyproject.toml scripts/setup.sh
+$(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 

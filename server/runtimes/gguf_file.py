@@ -115,13 +115,15 @@ def check_gguf(path: Path) -> GgufHeader:
     return header
 
 
-def load_weights(path: Path, config: Any, *, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+def load_weights(
+    path: Path, config: Any, *, dtype: torch.dtype, device: torch.device
+) -> dict[str, torch.Tensor]:
     """Every tensor dequantized to `dtype` under its Hugging Face name. The file is mapped, not read: each
     tensor is dequantized from its bytes in place and converted at once, so peak memory is one tensor in
     float32 beside the result."""
+    from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
     from gguf.quants import quant_shape_to_byte_shape as byte_shape
-    from gguf import GGMLQuantizationType
 
     header = check_gguf(path)
     weights: dict[str, torch.Tensor] = {}

