@@ -115,6 +115,33 @@ def check_gguf(path: Path) -> GgufHeader:
     return header
 
 
+def read_config(path: Path) -> Any:
+    """The transformers config of a served architecture, as AutoConfig.from_pretrained(gguf_file=...) builds
+    it (GGUF_CONFIG_MAPPING renames the keys), from transformers' fast metadata reader, which skips the
+    vocabulary: AutoConfig's own path for Llama and Qwen2 parses every token of the file (10 s of SmolLM2's
+    start on a loaded 2-core machine). A file that llama.cpp names "mistral" takes that path, which renames
+    the architecture."""
+    from transformers import CONFIG_MAPPING, AutoConfig
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.integrations.gguf.reader import read_gguf_metadata
+
+    metadata, tensors = read_gguf_metadata(str(path))
+    architecture = str(metadata["general.architecture"])
+    if architecture not in SERVED_ARCHITECTURES or metadata.get("general.name") == "mistral":
+        return AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    config: dict[str, Any] = {"tie_word_embeddings": "output.weight" not in tensors}
+    for key, value in metadata.items():
+        prefix, _, rest = key.partition(".")
+        if prefix in ("general", architecture, "tokenizer"):
+            renames: dict[str, Any] = GGUF_CONFIG_MAPPING[prefix]  # type: ignore[assignment]
+            renamed = renames.get(rest)
+            if renamed is not None and renamed != -1:
+                config[renamed] = value
+    if "vocab_size" not in config and "tokenizer.ggml.tokens" in metadata:
+        config["vocab_size"] = metadata["tokenizer.ggml.tokens"]  # the reader counts a skipped array
+    return CONFIG_MAPPING[config["model_type"]].from_dict(config)
+
+
 def load_weights(
     path: Path, config: Any, *, dtype: torch.dtype, device: torch.device
 ) -> dict[str, torch.Tensor]:

@@ -13,6 +13,7 @@ import torch
 
 from server.domain import ChatTurn, ModelDescriptor, ModelKind, ModelLimits
 from server.runtimes.base import GenerativeModel, default_chat_text
+from server.runtimes.gguf_file import read_config
 from server.tools.format import default_tools_turn, default_turns, hf_messages, openai_functions
 from wire.constraint import Tool
 
@@ -26,16 +27,16 @@ class HfCheckpoint:
         from transformers import AutoConfig
 
         self.path = path
-        # A GGUF file holds the config, tokenizer and chat template itself; transformers reads them from it.
-        source, gguf = (path.parent, {"gguf_file": path.name}) if path.suffix == ".gguf" else (path, {})
-        self.config: Any = AutoConfig.from_pretrained(source, **gguf)
+        # A GGUF file holds the config, tokenizer and chat template itself (gguf_file.py reads them).
+        gguf = path.suffix == ".gguf"
+        self.config: Any = read_config(path) if gguf else AutoConfig.from_pretrained(path)
         self.vocab_size = int(self.config.vocab_size)
         limit: Any = getattr(self.config, "max_position_embeddings", None) or getattr(
             self.config, "n_positions", None
         )
         # --context-length 0: the model's own (a config that names none: 2,048).
         self.context_length = min(context_length or int(limit or 2048), int(limit or context_length or 2048))
-        self.tokenizer = _load_tokenizer(source, **gguf)
+        self.tokenizer = _load_tokenizer(path)
         self.token_bytes = _token_bytes_table(self.tokenizer, self.vocab_size)
         eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer else self.config.eos_token_id
         self.eos_id: int | None = eos if isinstance(eos, int) and 0 <= eos < self.vocab_size else None
@@ -84,15 +85,21 @@ class HfCheckpoint:
         )
 
 
-def _load_tokenizer(path: Path, **gguf: str) -> Any:
+def _load_tokenizer(path: Path) -> Any:
     """The directory's (or GGUF file's) tokenizer, or None: then token ids are bytes (the vocabulary must
     cover 0-255)."""
     from transformers import AutoTokenizer
 
-    if not gguf and not any((path / name).exists() for name in _TOKENIZER_FILES):
+    if path.suffix == ".gguf":
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+        # The class AutoTokenizer picks for a GGUF file, without its full parse of the file to pick the class
+        # from the config (15 of SmolLM2's 17 s on a loaded 2-core machine); the tokenizer is the same one.
+        return TokenizersBackend.from_pretrained(path.parent, gguf_file=path.name)
+    if not any((path / name).exists() for name in _TOKENIZER_FILES):
         return None  # transformers would otherwise invent an empty tokenizer from the model type
     try:
-        return AutoTokenizer.from_pretrained(path, **gguf)
+        return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, TypeError):
         return None
 
