@@ -5,7 +5,7 @@ STAMP := .venv/.installed
 .PHONY: setup test-tools up test lint proto proto-check cuda-wheels
 
 # A recipe that fails leaves no stamp behind (the touch is its last step), so the next make retries it.
-$(STAMP): requirements.lock pyproject.toml scripts/setup.sh
+$(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 

@@ -9,6 +9,7 @@ out, positions explicit). It copies the rows it decodes every step, which the na
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,27 @@ def load_hf_causal(
     device: torch.device,
     dtype: torch.dtype,
 ) -> GenerativeModel:
-    """The native decoder for Llama, Mistral and Qwen2 checkpoints it supports, else the generic path."""
+    """The native decoder for Llama, Mistral and Qwen2 checkpoints it supports, else the generic path. `path`
+    may name a GGUF file (or a directory holding one), which only the native decoder serves."""
+    from server.runtimes.gguf_file import gguf_file
     from server.runtimes.hf_native import LlamaFamilyLm
     from server.runtimes.llama import unsupported
 
+    started = time.perf_counter()
+    path = gguf_file(path) or path
     checkpoint = HfCheckpoint(path, context_length=context_length)
     reason = unsupported(checkpoint.config, path)
     if reason is None:
-        return LlamaFamilyLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
+        read = time.perf_counter()
+        model = LlamaFamilyLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
+        done = time.perf_counter()
+        log.info(
+            "%s loaded from %s in %.1f s (config and tokenizer %.1f s, weights to %s %.1f s)",
+            *(name, path, done - started, read - started, dtype, done - read),
+        )
+        return model
+    if path.suffix == ".gguf":
+        raise ValueError(f"invalid setting hf_models: {name}={path} cannot be served: {reason}")
     log.info("%s runs on the generic Hugging Face path: %s", name, reason)
     return HfCausalLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
 

@@ -51,7 +51,7 @@ class LlamaDecoder:
         self.eps = float(config.rms_norm_eps)
         window = getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
         self.geometry = Heads(self.heads, self.kv_heads, self.head_dim, int(window) if window else None)
-        weights = _load(path, dtype=dtype, device=device)
+        weights = _load(path, config, dtype=dtype, device=device)
         prefix = "model." if "model.embed_tokens.weight" in weights else ""
         self.embed = weights[f"{prefix}embed_tokens.weight"]
         self.norm = weights[f"{prefix}norm.weight"]
@@ -163,6 +163,8 @@ def _layer(weights: dict[str, torch.Tensor], prefix: str) -> list[torch.Tensor]:
 
 
 def _weight_files(path: Path) -> list[Path]:
+    if path.suffix == ".gguf":
+        return [path]
     index = path / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -171,9 +173,13 @@ def _weight_files(path: Path) -> list[Path]:
     return [single] if single.is_file() else []
 
 
-def _load(path: Path, *, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+def _load(path: Path, config: Any, *, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
+    if path.suffix == ".gguf":
+        from server.runtimes.gguf_file import load_weights
+
+        return load_weights(path, config, dtype=dtype, device=device)
     weights: dict[str, torch.Tensor] = {}
     for file in _weight_files(path):
         for name, tensor in load_file(file).items():

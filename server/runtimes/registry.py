@@ -174,12 +174,27 @@ def check_models(settings: ModelSettings) -> None:
             "(a plugin given with --plugins, or --hf-models NAME=DIR, can add more)"
         )
     for name, directory in hf.items():
+        if _checked_gguf(name, Path(directory)):
+            continue
         if not os.access(Path(directory) / "config.json", os.R_OK):
             raise ValueError(
                 f"invalid setting hf_models: {name}={directory} needs a readable directory saved with "
-                "save_pretrained (it holds config.json)"
+                "save_pretrained (it holds config.json), or a .gguf file"
             )
     model_options(settings)
+
+
+def _checked_gguf(name: str, path: Path) -> bool:
+    """Whether --hf-models NAME=PATH names a GGUF file that can be served; ValueError where it cannot."""
+    from server.runtimes.gguf_file import check_gguf, gguf_file
+
+    try:
+        found = gguf_file(path)
+        if found is not None:
+            check_gguf(found)
+    except (OSError, ValueError, ImportError) as exc:  # ImportError: the gguf package is not installed
+        raise ValueError(f"invalid setting hf_models: {name}={path}: {exc}") from exc
+    return found is not None
 
 
 def model_options(settings: ModelSettings) -> dict[str, Any]:

