@@ -39,7 +39,9 @@ class ServeFlags(PolicySettings):
         (), help="modules to import first, by name or .py path; they call register_model()"
     )
     hf_models: tuple[str, ...] = setting(
-        (), help="Hugging Face causal LMs as NAME=DIR (a save_pretrained directory), served by that NAME"
+        (),
+        help="Hugging Face causal LMs as NAME=PATH (a save_pretrained directory, a .gguf file or a directory "
+        "holding one), served by that NAME",
     )
     device: str = setting("auto", help="auto, cpu, cuda or cuda:N")
     devices: tuple[str, ...] | None = setting(
