@@ -41,6 +41,12 @@ def infer_requests(body: EmbeddingRequest, *, priority: Any, request_id: str) ->
     ]
 
 
+# Calls one request keeps in flight: enough to fill the server's batches (32 by default) twice over, and
+# few enough that one request of 2,048 texts never opens more HTTP/2 streams than a server grants a
+# connection (streams past its limit are reset, and the caller would get CANCELLED for a valid request).
+MAX_CALLS_IN_FLIGHT = 64
+
+
 async def embed(
     upstream: Upstream,
     requests: list[pb.InferRequest],
@@ -48,11 +54,28 @@ async def embed(
     timeout_s: float,
     metadata: tuple[tuple[str, str], ...],
 ) -> list[pb.InferResponse]:
-    """Every call at once; the first failure cancels the rest and raises its AioRpcError."""
-    calls = [upstream.inference.Infer(r, timeout=timeout_s, metadata=metadata) for r in requests]
+    """Every call, at most MAX_CALLS_IN_FLIGHT at a time, within one deadline for the whole request; the
+    first failure cancels the rest and raises its AioRpcError."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    gate = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
+    calls: list[Any] = []
+
+    async def infer(request: pb.InferRequest) -> pb.InferResponse:
+        async with gate:
+            call = upstream.inference.Infer(
+                request, timeout=max(deadline - loop.time(), 0.001), metadata=metadata
+            )
+            calls.append(call)
+            response: pb.InferResponse = await call
+            return response
+
+    tasks = [asyncio.ensure_future(infer(request)) for request in requests]
     try:
-        return list(await asyncio.gather(*calls))
+        return list(await asyncio.gather(*tasks))
     finally:
+        for task in tasks:
+            task.cancel()
         for call in calls:
             call.cancel()
 
