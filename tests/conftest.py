@@ -8,7 +8,7 @@ import grpc
 import pytest
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
+from tests.support.processes import FRONTENDS, ServerProcess, ShimProcess, start_server, start_shim
 
 # Under `make test` (CI=true) a skip for a missing tool fails the run, naming it; a CUDA-marked test may skip.
 pytest_plugins = ("tests.support.skips",)
@@ -16,8 +16,11 @@ pytest_plugins = ("tests.support.skips",)
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ServerProcess]:
-    # --kserve-shm: the tritonclient suites (gRPC and, through the shim, HTTP) use system shared memory.
-    proc = start_server("--max-queue", "256", "--stall-timeout-s", "5", "--kserve-shm", "true")
+    # --kserve-shm: the tritonclient suites (gRPC and, through the shim, HTTP) use system shared memory. The
+    # front-end re-run (SLUICE_TEST_FRONTENDS) holds none of them, and the server refuses shared memory behind
+    # front ends (they do not forward the caller's address, which decides who may use it).
+    shm = () if FRONTENDS not in (None, "1") else ("--kserve-shm", "true")
+    proc = start_server("--max-queue", "256", "--stall-timeout-s", "5", *shm)
     yield proc
     assert proc.terminate() == 0, proc.diagnostics()
 
