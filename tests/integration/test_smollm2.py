@@ -144,10 +144,10 @@ def test_a_prefix_cache_hit_keeps_the_greedy_tokens(served: tuple[ServerProcess,
     assert cached[1] >= 16, cached
 
 
+# Preemption is forced on the float32 server alone, whose KV budget is tight (the same module-scoped server).
+@pytest.mark.parametrize("served", ["float32"], indirect=True)
 def test_preempted_streams_keep_the_greedy_tokens(served: tuple[ServerProcess, Reference]) -> None:
     process, reference = served
-    if reference.dtype != "float32":
-        pytest.skip("preemption is forced on the float32 server, whose KV budget is tight")
     before = process.metric("sluice_preemptions_total", model="smollm2") or 0
     low: dict[str, list[int]] = {}
     low_cases = [(prompt, LOW_TOKENS) for prompt in LOW]
