@@ -61,6 +61,26 @@ def check_hf_entry(name: str, path: Path, options: HfOptions) -> None:
             f"invalid setting hf_models: {name}={path} needs a readable directory saved with "
             "save_pretrained (it holds config.json), or a .gguf file"
         )
+    if options.engine == "native":
+        _check_native(name, found or path)
+
+
+def _check_native(name: str, path: Path) -> None:
+    """engine=native on a checkpoint the native decoder's table cannot run is refused before binding."""
+    from server.runtimes.gguf_file import read_config
+    from server.runtimes.llama import unsupported
+
+    if path.suffix == ".gguf":
+        config = read_config(path)
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path)
+    reason = unsupported(config, path)
+    if reason is not None:
+        raise ValueError(
+            f"invalid setting model_options: {name}.engine=native: {path} cannot be served natively: {reason}"
+        )
 
 
 def hf_factory(name: str, path: Path) -> Callable[[Any, ModelContext], GenerativeModel]:

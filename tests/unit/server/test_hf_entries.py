@@ -64,6 +64,8 @@ def test_the_entry_loads_with_its_own_dtype_and_engine(llama: Path) -> None:
 
 def test_asking_the_native_engine_for_a_checkpoint_it_cannot_run_is_refused(tmp_path: Path) -> None:
     gpt2 = save("gpt2", tmp_path / "gpt2")
+    with pytest.raises(ValueError, match=r"gen.engine=native: .*gpt2 cannot be served natively: model type"):
+        check_models(settings(gpt2, "--model-options", "gen.engine=native"))  # before the server binds
     with pytest.raises(ValueError, match=r"gen=.*gpt2 cannot be served natively: model type 'gpt2'"):
         build_models(settings(gpt2, "--model-options", "gen.engine=native"), torch.device("cpu"))
 
