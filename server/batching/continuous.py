@@ -219,7 +219,7 @@ class ContinuousScheduler:
         self.active.extend(work.joined)
         completing = work.completing
         plan = StepPlan.of(
-            moves, work.prefills(), completing, running,
+            moves, work.prefills(), completing, running, prefill_extras=work.extras(),
             generated=[s.generated for s in completing] + [s.generated + (r >= 0) for s, r in kept],
             positions=[next_position(inflight, s, r) for s, r in kept],
             prev_rows=rows, compactions=compactions,

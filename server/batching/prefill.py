@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from server.batching.extras import RequestExtras
 from server.batching.memory import KvMemory
 from server.batching.sequence import GenSequence
 from server.runtimes.base import Prefill
@@ -35,6 +36,10 @@ class PrefillWork:
             Prefill(seq.base, seq.feed[start : start + n], start, start + n == len(seq.feed))
             for seq, start, n in self.chunks
         ]
+
+    def extras(self) -> list[RequestExtras]:
+        """Each chunk's request extras, parallel to prefills()."""
+        return [seq.extras for seq, _, _ in self.chunks]
 
     def add(self, seq: GenSequence, n: int) -> None:
         assert seq.region is not None and n > 0 and seq.planned + n <= len(seq.feed)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from server.batching.extras import RequestExtras
 from server.batching.oom import release_cached_memory
 from server.batching.sampling import sample, uniforms
 from server.batching.sequence import GenSequence
@@ -19,6 +20,7 @@ from server.logits.apply import Rows, accept, failures
 from server.logits.apply import process as process_logits
 from server.logits.apply import start as start_masks
 from server.runtimes.base import GenerativeModel, Prefill
+from server.runtimes.step_batch import StepBatch
 
 _NO_DRAWS = np.zeros(0, dtype=np.float64)
 
@@ -40,6 +42,8 @@ class StepPlan:
     logprob_rows: list[tuple[int, int]]  # (row, alternatives) for the rows that asked for log-probabilities
     processed: Rows  # rows with a grammar, penalties or logit_bias (server/logits), and their counts
     greedy: bool = False  # every row at temperature 0: the token is the argmax, no sampling tensors
+    prefill_extras: list[RequestExtras] = field(default_factory=list)  # per prefill: its request's extras
+    decode_extras: list[RequestExtras] = field(default_factory=list)  # per running row: its request's extras
 
     @classmethod
     def of(
@@ -53,6 +57,7 @@ class StepPlan:
         positions: list[int],
         prev_rows: list[int],
         compactions: list[tuple[int, int]] | None = None,
+        prefill_extras: list[RequestExtras] | None = None,
     ) -> StepPlan:
         """Rows: the sequences whose feed this step completes (their next token), then the running ones.
         `generated` (per row), `positions` and `prev_rows` (per running row) are what the sequences will
@@ -87,6 +92,8 @@ class StepPlan:
                 (row, s.logits, generated[row]) for row, s in enumerate(batch) if s.logits is not None
             ],
             greedy=greedy,
+            prefill_extras=prefill_extras or [],
+            decode_extras=[s.extras for s in runnable],
         )
 
 
@@ -182,7 +189,8 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
     # The previous step's result goes to the loop where this step's long torch call begins, not before its
     # Python: the loop's delivery then holds the GIL while this thread needs none (h2load on a bench Llama,
     # two servers side by side: +11% tokens/s at 8 streams, +7% at 32).
-    logits = model.forward(plan.prefills, plan.bases, inputs, positions, computing=chain.flush)
+    batch = StepBatch(plan.prefills, plan.bases, inputs, positions, plan.prefill_extras, plan.decode_extras)
+    logits = model.step(batch, computing=chain.flush)
     if not len(logits):
         chain.tokens = None
         return StepResult([], {})  # only chunks of prompts that do not end yet

@@ -8,7 +8,6 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,6 +15,8 @@ import torch
 from server.domain import Array, ChatTurn, DType, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
 from server.kv.tensors import KvTensors
+from server.runtimes.step_batch import Prefill as Prefill  # where runtimes and plugins have imported it
+from server.runtimes.step_batch import StepBatch
 from server.tools.format import default_turns
 from wire.constraint import Tool
 
@@ -91,18 +92,6 @@ def synthetic_item(descriptor: ModelDescriptor) -> dict[str, Array]:
     return {s.name: np.zeros([max(d, 1) for d in s.shape], dtype=s.dtype.numpy) for s in descriptor.inputs}
 
 
-@dataclass(frozen=True, slots=True)
-class Prefill:
-    """Prompt tokens to write into the region at arena token `base`, from position `start`: a whole prompt,
-    its rest after a cached prefix, or one chunk of a long one; `last` when the chunk ends the prompt (its
-    last logits are wanted)."""
-
-    base: int
-    token_ids: Sequence[int]
-    start: int = 0
-    last: bool = True
-
-
 class GenerativeModel(abc.ABC):
     """An autoregressive model whose KV cache is one arena of tokens (server/kv): a sequence's keys and
     values for position p sit at token base + p of its region.
@@ -163,6 +152,11 @@ class GenerativeModel(abc.ABC):
     #: Whether the scheduler may split a long prompt into chunks of its per-step token budget. Where False,
     #: every Prefill it sends is the rest of a prompt.
     chunked_prefill = False
+
+    def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
+        """One scheduler step (server/batching/step.py calls this): logits [N, V] in `batch`'s row order. The
+        default runs forward(); a runtime that reads a row's extras (an adapter slot) overrides this."""
+        return self.forward(batch.prefills, batch.bases, batch.tokens, batch.positions, computing=computing)
 
     def forward(
         self,

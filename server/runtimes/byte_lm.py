@@ -19,8 +19,8 @@ from server.domain import ModelDescriptor, ModelKind, ModelLimits
 from server.kv.tensors import KvTensors
 from server.runtimes.base import GenerativeModel, Prefill
 from server.runtimes.byte_lm_graph import LAYER_WEIGHTS, compiled
-from server.runtimes.llama_attention import Heads, StepAttention
 from server.runtimes.options import ModelContext
+from server.runtimes.step_attention import Heads, StepAttention
 
 EOS, BOS, VOCAB = 256, 257, 258
 DEFAULT_CONTEXT = 1024  # its learned positions; --context-length sets another (and other weights)
@@ -127,7 +127,7 @@ class ByteLm(GenerativeModel, nn.Module):
         computing: Callable[[], None] = lambda: None,
     ) -> torch.Tensor:
         """Every prefill chunk's tokens and every decoding row's one token in one flat batch, attention over
-        zero-copy views of the arena (as the Llama decoder's, runtimes/llama_attention.py)."""
+        zero-copy views of the arena (as the Llama decoder's, runtimes/step_attention.py)."""
         device = self.device
         ids = [t for p in prefills for t in p.token_ids]
         pos = [at for p in prefills for at in range(p.start, p.start + len(p.token_ids))]

@@ -1,6 +1,6 @@
-"""The byte LM's layer stack of one step as a TorchScript function, as llama_graph.py is the Llama family's:
-the stack runs with the GIL released once, so the event loop's delivery and planning of the next step,
-which now run while a step computes, do not make each of its small ops wait for the GIL."""
+"""The byte LM's layer stack of one step as a TorchScript function, as decoder_graph.py is the native
+decoder's: the stack runs with the GIL released once, so the event loop's delivery and planning of the next
+step, which now run while a step computes, do not make each of its small ops wait for the GIL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from server.runtimes.llama_graph import _write_and_attend, scripted
+from server.runtimes.decoder_graph import _write_and_attend, scripted
 
 #: Each layer's weights, in this order.
 LAYER_WEIGHTS = ("ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias", "ln2.weight",

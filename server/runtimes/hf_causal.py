@@ -31,9 +31,11 @@ def load_hf_causal(
     max_sequences: int,
     device: torch.device,
     dtype: torch.dtype,
+    engine: str = "auto",
 ) -> GenerativeModel:
-    """The native decoder for Llama, Mistral and Qwen2 checkpoints it supports, else the generic path. `path`
-    may name a GGUF file (or a directory holding one), which only the native decoder serves."""
+    """The native decoder where its table of architectures (architectures.py) runs the checkpoint, else the
+    generic path; `engine` (native, generic) insists on one. `path` may name a GGUF file (or a directory
+    holding one), which only the native decoder serves."""
     from server.runtimes.gguf_file import gguf_file
     from server.runtimes.hf_native import LlamaFamilyLm
     from server.runtimes.llama import unsupported
@@ -41,7 +43,9 @@ def load_hf_causal(
     started = time.perf_counter()
     path = gguf_file(path) or path
     checkpoint = HfCheckpoint(path, context_length=context_length)
-    reason = unsupported(checkpoint.config, path)
+    reason = unsupported(checkpoint.config, path) if engine != "generic" else "engine=generic was asked"
+    if reason is not None and (engine == "native" or path.suffix == ".gguf"):
+        raise ValueError(f"invalid setting hf_models: {name}={path} cannot be served natively: {reason}")
     if reason is None:
         read = time.perf_counter()
         model = LlamaFamilyLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
@@ -51,8 +55,6 @@ def load_hf_causal(
             *(name, path, done - started, read - started, dtype, done - read),
         )
         return model
-    if path.suffix == ".gguf":
-        raise ValueError(f"invalid setting hf_models: {name}={path} cannot be served: {reason}")
     log.info("%s runs on the generic Hugging Face path: %s", name, reason)
     return HfCausalLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
 

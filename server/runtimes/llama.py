@@ -1,9 +1,10 @@
-"""LlamaDecoder: the Llama-family decoder (Llama, Mistral, Qwen2) run natively over the server's KV arena.
+"""LlamaDecoder: the native decoder of Llama-like families (architectures.py's table: Llama, Mistral, Qwen2)
+run over the server's KV arena.
 
 It loads the checkpoint's safetensors itself, as TGI and vLLM do, and runs one flat batch per step: every
 prefill chunk's tokens and every decoding row's one token go through the projections and the MLP together
 (no padding), keys and values are written into the preallocated KV arena in place, and attention reads
-that cache as views (llama_attention.py): no cache is copied or concatenated per step.
+that cache as views (step_attention.py): no cache is copied or concatenated per step.
 """
 
 from __future__ import annotations
@@ -17,27 +18,27 @@ import torch
 import torch.nn.functional as F
 
 from server.kv.tensors import KvTensors
+from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
-from server.runtimes.llama_attention import Heads, StepAttention
-from server.runtimes.llama_graph import compiled
-
-FAMILY = frozenset({"llama", "mistral", "qwen2"})
+from server.runtimes.decoder_graph import compiled
+from server.runtimes.step_attention import Heads, StepAttention
 
 
 def unsupported(config: Any, path: Path) -> str | None:
     """Why this checkpoint cannot run natively (then the generic Hugging Face path serves it), or None."""
-    if config.model_type not in FAMILY:
-        return f"model type {config.model_type!r} is not one of {sorted(FAMILY)}"
-    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    if rope in ("dynamic", "longrope"):
-        return f"rope type {rope!r} depends on the sequence length"
-    if getattr(config, "use_sliding_window", False) and config.model_type == "qwen2":
-        return "Qwen2's per-layer sliding windows"
-    if getattr(config, "hidden_act", "silu") != "silu":
-        return f"activation {config.hidden_act!r}"
+    found = architecture_of(config)
+    if isinstance(found, str):
+        return found
     if not _weight_files(path):
         return "no safetensors weights"
     return None
+
+
+def _architecture(config: Any) -> Architecture:
+    found = architecture_of(config)
+    if isinstance(found, str):
+        raise ValueError(f"the native decoder cannot run this checkpoint: {found}")
+    return found
 
 
 class LlamaDecoder:
@@ -49,15 +50,22 @@ class LlamaDecoder:
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.eps = float(config.rms_norm_eps)
-        window = getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
-        self.geometry = Heads(self.heads, self.kv_heads, self.head_dim, int(window) if window else None)
+        architecture = _architecture(config)
+        self.activation = architecture.activation_of(config) or "silu"
+        self.geometry = Heads(self.heads, self.kv_heads, self.head_dim, architecture.window_of(config))
         weights = _load(path, config, dtype=dtype, device=device)
         prefix = "model." if "model.embed_tokens.weight" in weights else ""
         self.embed = weights[f"{prefix}embed_tokens.weight"]
-        self.norm = weights[f"{prefix}norm.weight"]
         self.lm_head = weights.get("lm_head.weight", self.embed)  # absent where embeddings are tied
-        # Per layer, in llama_graph.LAYER_WEIGHTS order: one list the scripted stack walks.
-        self.weights = [_layer(weights, f"{prefix}layers.{i}.") for i in range(int(config.num_hidden_layers))]
+        # Gemma's scale is cast to the model's dtype before it multiplies, as its own forward does.
+        scale = torch.tensor(float(config.hidden_size) ** 0.5, dtype=dtype)
+        self.embedding_scale = scale.to(device) if architecture.embedding_scale else None
+        self.norm = _norm(weights[f"{prefix}norm.weight"], architecture)
+        # Per layer, in decoder_graph.LAYER_WEIGHTS order: one list the scripted stack walks.
+        self.weights = [
+            _layer(weights, f"{prefix}layers.{i}.", architecture)
+            for i in range(int(config.num_hidden_layers))
+        ]
         self._inv_freq, self._rope_scale = _rope(config)
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
@@ -102,8 +110,10 @@ class LlamaDecoder:
         attention = StepAttention.plan(self.geometry, device, arena, prefills, bases, positions.tolist())
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
         embedded = self.embed[flat_ids]
+        if self.embedding_scale is not None:
+            embedded = embedded * self.embedding_scale
         computing()
-        x = compiled()(
+        x = compiled(self.activation)(
             embedded, cos, sin, flat_token, self.kv.k, self.kv.v, self.weights,
             self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(),
         )  # fmt: skip
@@ -132,16 +142,22 @@ def _rope(config: Any) -> tuple[torch.Tensor, float]:
     return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
 
 
-def _layer(weights: dict[str, torch.Tensor], prefix: str) -> list[torch.Tensor]:
+def _norm(weight: torch.Tensor, architecture: Architecture) -> torch.Tensor:
+    return weight + architecture.norm_offset if architecture.norm_offset else weight
+
+
+def _layer(weights: dict[str, torch.Tensor], prefix: str, architecture: Architecture) -> list[torch.Tensor]:
     def fused(names: tuple[str, ...], suffix: str) -> torch.Tensor | None:
         parts = [weights.get(f"{prefix}{name}.{suffix}") for name in names]
         if any(p is None for p in parts):
             return None
         return torch.cat([p for p in parts if p is not None]).contiguous()
 
-    attn, mlp = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj")
+    attn, mlp = architecture.attention, architecture.mlp
     qkv, gate_up = fused(attn, "weight"), fused(mlp, "weight")
-    out, down = weights.get(f"{prefix}self_attn.o_proj.weight"), weights.get(f"{prefix}mlp.down_proj.weight")
+    out_name, down_name = f"{prefix}{architecture.attention_out}", f"{prefix}{architecture.mlp_out}"
+    out, down = weights.get(f"{out_name}.weight"), weights.get(f"{down_name}.weight")
+    attn_norm, mlp_norm = (f"{prefix}{norm}.weight" for norm in architecture.norms)
     if qkv is None or gate_up is None or out is None or down is None:
         raise ValueError(f"the checkpoint lacks the attention or MLP weights of {prefix.rstrip('.')}")
 
@@ -149,16 +165,16 @@ def _layer(weights: dict[str, torch.Tensor], prefix: str) -> list[torch.Tensor]:
         return found if found is not None else weight.new_zeros(weight.shape[0])
 
     return [
-        weights[f"{prefix}input_layernorm.weight"],
+        _norm(weights[attn_norm], architecture),
         qkv,
         bias(fused(attn, "bias"), qkv),
         out,
-        bias(weights.get(f"{prefix}self_attn.o_proj.bias"), out),
-        weights[f"{prefix}post_attention_layernorm.weight"],
+        bias(weights.get(f"{out_name}.bias"), out),
+        _norm(weights[mlp_norm], architecture),
         gate_up,
         bias(fused(mlp, "bias"), gate_up),
         down,
-        bias(weights.get(f"{prefix}mlp.down_proj.bias"), down),
+        bias(weights.get(f"{down_name}.bias"), down),
     ]
 
 

@@ -5,8 +5,9 @@ A plugin module (loaded with `--plugins my_pkg.models`, a module on the working 
 calls `register_model("name", factory)`, where the factory takes a ModelContext (the device and the server's
 limits), or `register_model("name", factory, options=NameOptions)`, where it takes (NameOptions,
 ModelContext), and returns a TensorModel or GenerativeModel. A factory of 0.1.0's (settings, device) form
-still registers, with a DeprecationWarning, until 0.3.0 (server/runtimes/former_factory.py). check_models()
-finds every mistake in these settings, the model options included, before the server binds.
+still registers, with a DeprecationWarning, until 0.3.0 (server/runtimes/former_factory.py). Each
+`--hf-models NAME=PATH` entry is one more registration, with HfOptions (hf_entries.py). check_models() finds
+every mistake in these settings, the model options included, before the server binds.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from server.runtimes.base import GenerativeModel, TensorModel
 from server.runtimes.byte_lm import ByteLmOptions, byte_lm
 from server.runtimes.encoder import all_minilm_l6_v2
 from server.runtimes.former_factory import FormerSettings
+from server.runtimes.hf_entries import HF_OPTIONS_OF, HfOptions, check_hf_entry, hf_factory
 from server.runtimes.mlp import MlpOptions, mlp_model
 from server.runtimes.options import (
     ModelContext,
@@ -165,71 +167,67 @@ def check_models(settings: ModelSettings) -> None:
     """Imports the plugins and checks every model setting; raises ValueError naming the setting and the fix.
     Runs before the server binds its port, so a mistake never leaves a half-started server."""
     load_plugins(settings.plugins)
-    hf = settings.hf_directories
-    known = sorted({*_REGISTRY, *hf})
+    known = sorted(_registrations(settings))
     unknown = [name for name in settings.served_models if name not in known]
     if unknown:
         raise ValueError(
             f"invalid setting models: unknown {', '.join(unknown)}; known: {', '.join(known)} "
             "(a plugin given with --plugins, or --hf-models NAME=DIR, can add more)"
         )
-    for name, directory in hf.items():
-        if _checked_gguf(name, Path(directory)):
-            continue
-        if not os.access(Path(directory) / "config.json", os.R_OK):
-            raise ValueError(
-                f"invalid setting hf_models: {name}={directory} needs a readable directory saved with "
-                "save_pretrained (it holds config.json), or a .gguf file"
-            )
-    model_options(settings)
+    options = model_options(settings)
+    for name, directory in settings.hf_directories.items():
+        check_hf_entry(name, Path(directory), options[name])
 
 
-def _checked_gguf(name: str, path: Path) -> bool:
-    """Whether --hf-models NAME=PATH names a GGUF file that can be served; ValueError where it cannot."""
-    from server.runtimes.gguf_file import check_gguf, gguf_file
-
-    try:
-        found = gguf_file(path)
-        if found is not None:
-            check_gguf(found)
-    except (OSError, ValueError, ImportError) as exc:  # ImportError: the gguf package is not installed
-        raise ValueError(f"invalid setting hf_models: {name}={path}: {exc}") from exc
-    return found is not None
+def _registrations(settings: ModelSettings) -> dict[str, _Registration]:
+    """Every registered model and each --hf-models entry, which replaces a registration of the same name."""
+    hf = settings.hf_directories
+    entries = {
+        name: _Registration(hf_factory(name, Path(path)), HfOptions, name) for name, path in hf.items()
+    }
+    return {**_REGISTRY, **entries}
 
 
 def model_options(settings: ModelSettings) -> dict[str, Any]:
     """The options of every registered model that declares its own, by name, from --model-options (a later
     entry for the same key wins); raises ValueError naming the entry and what it takes. After load_plugins."""
     given = model_option_entries(settings.model_options)
-    hf = settings.hf_directories
+    registry = _registrations(settings)
     for name, keys in given.items():
         first = f"--model-options {name}.{next(iter(keys))}"
-        if name not in _REGISTRY:
-            declared = [n for n in _owners() if _REGISTRY[n].options is not NoOptions]
-            what = "a --hf-models model, takes no options" if name in hf else "is not a registered model"
+        if name not in registry:
+            declared = [n for n in _owners(registry) if registry[n].options is not NoOptions]
             raise ValueError(
-                f"invalid setting model_options: {first}: {name} {what}; models with options: "
-                f"{', '.join(declared)} (a plugin given with --plugins can add more)"
+                f"invalid setting model_options: {first}: {name} is not a registered model; models with "
+                f"options: {', '.join(declared)} (a plugin given with --plugins can add more)"
             )
-        if _REGISTRY[name].options_of != name:
-            base = _REGISTRY[name].options_of
+        if registry[name].options_of != name:
+            base = registry[name].options_of
             raise ValueError(
                 f"invalid setting model_options: {first}: {name} takes the options of {base}; give "
                 f"{base}.{next(iter(keys))}"
             )
     try:
-        return {name: parse_options(name, _REGISTRY[name].options, given.get(name, {})) for name in _owners()}
+        return {
+            name: parse_options(name, registry[name].options, given.get(name, {}))
+            for name in _owners(registry)
+        }
     except ValueError as exc:
         raise ValueError(f"invalid setting model_options: {exc}") from exc
 
 
 def options_help() -> str:
     """Every registered model's options, one a line, for `sluice serve --help`."""
-    rows = [row for name in _owners() for row in describe_options(name, _REGISTRY[name].options)]
-    width = max((len(given) for given, _ in rows), default=0)
-    lines = [f"  {given:<{width}}  {text}" for given, text in rows]
+    rows = [row for name in _owners(_REGISTRY) for row in describe_options(name, _REGISTRY[name].options)]
     title = "model options (--model-options NAME.KEY=VALUE; a plugin given with --plugins may declare more):"
-    return "\n".join([title, *lines])
+    hf_title = f"each --hf-models entry NAME takes ({HF_OPTIONS_OF} standing for NAME):"
+    hf_rows = describe_options(HF_OPTIONS_OF, HfOptions)
+    return "\n".join([title, *_aligned(rows), hf_title, *_aligned(hf_rows)])
+
+
+def _aligned(rows: list[tuple[str, str]]) -> list[str]:
+    width = max((len(given) for given, _ in rows), default=0)
+    return [f"  {given:<{width}}  {text}" for given, text in rows]
 
 
 def log_deprecations() -> None:
@@ -240,54 +238,26 @@ def log_deprecations() -> None:
             log.warning("%s", former_factory.deprecation(name))
 
 
-def _owners() -> list[str]:
+def _owners(registry: dict[str, _Registration]) -> list[str]:
     """The registered models that own their options (every one but the variants), by name."""
-    return sorted(name for name, registration in _REGISTRY.items() if registration.options_of == name)
+    return sorted(name for name, registration in registry.items() if registration.options_of == name)
 
 
 def build_models(settings: ModelSettings, device: torch.device) -> list[Model]:
     """Builds every served model, in --models order (after check_models; call on the model's thread). A name
     given in --hf-models is that Hugging Face model, even where an embedded model has the same name."""
-    hf = settings.hf_directories
+    registry = _registrations(settings)
     options = model_options(settings)
     context = ModelContext(
         device=device,
         max_batch_size=settings.max_batch_size,
         context_length=settings.context_length,
         max_sequences=settings.max_sequences,
+        dtype=settings.dtype,
     )
     models = []
     for name in settings.served_models:
-        if name in hf:
-            models.append(_hf_model(settings, name, Path(hf[name]), device))
-        else:
-            registration = _REGISTRY[name]
-            given = (
-                FormerSettings(settings, options) if registration.former else options[registration.options_of]
-            )
-            models.append(registration.build(given, context))
+        registration = registry[name]
+        given = FormerSettings(settings, options) if registration.former else options[registration.options_of]
+        models.append(registration.build(given, context))
     return models
-
-
-def _hf_model(settings: ModelSettings, name: str, directory: Path, device: torch.device) -> Model:
-    from server.runtimes.hf_causal import load_hf_causal  # transformers loads only when a model needs it
-
-    return load_hf_causal(
-        directory,
-        name=name,
-        context_length=settings.context_length,
-        max_sequences=settings.max_sequences,
-        device=device,
-        dtype=model_dtype(settings.dtype, device),
-    )
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def model_dtype(setting: str, device: torch.device) -> torch.dtype:
-    """--dtype: auto is bfloat16 on CUDA (half the memory, tensor cores) and float32 on CPU, where bfloat16
-    matmuls are slower on most of the CPUs these machines have."""
-    if setting == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[setting]

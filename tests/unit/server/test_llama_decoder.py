@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from server.runtimes import llama_attention
+from server.runtimes import step_attention
 from server.runtimes.base import Prefill
 from server.runtimes.llama import LlamaDecoder, unsupported
 from tests.support.hf_models import configs, save
@@ -60,7 +60,7 @@ def test_a_prompt_prefilled_in_chunks_ends_with_transformers_logits(
 def test_rows_far_apart_in_scattered_slots_decode_as_each_alone(
     checkpoint: tuple[Path, object], call_cost: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(llama_attention, "_CALL_COST", call_cost)
+    monkeypatch.setattr(step_attention, "_CALL_COST", call_cost)
     directory, model = checkpoint
     native = decoder(directory)
     lengths = {0: 3, 3: 90, 4: 5, 7: 40}  # slot -> prompt length; slots 1, 2, 5, 6 hold nothing
@@ -72,7 +72,7 @@ def test_rows_far_apart_in_scattered_slots_decode_as_each_alone(
         positions = torch.tensor([lengths[s] for s in slots])
         bases = [128 * s for s in slots]
         logits = native.forward([], bases, tokens, positions)
-    groups = llama_attention._groups(bases, positions.tolist(), 8 * 128)
+    groups = step_attention._groups(bases, positions.tolist(), 8 * 128)
     # Regions 0 and 3 are one stride apart, 7 is not a whole number of strides on: two views at most.
     assert len(groups) == (2 if call_cost else 3)
     for row, slot in enumerate(slots):
@@ -82,15 +82,15 @@ def test_rows_far_apart_in_scattered_slots_decode_as_each_alone(
 
 def test_decode_rows_at_equal_strides_are_one_view_grouped_by_length() -> None:
     bases = [0, 128, 256, 384]
-    assert llama_attention._groups(bases, [100, 110, 105, 120], 1024) == [(0, 128, 4, [0, 1, 2, 3])]
+    assert step_attention._groups(bases, [100, 110, 105, 120], 1024) == [(0, 128, 4, [0, 1, 2, 3])]
     # One sequence 2,000 tokens long does not make 24 short ones attend 2,000 keys each.
     bases, positions = [128 * i for i in range(25)], [100 + i for i in range(24)] + [2000]
-    assert llama_attention._groups(bases, positions, 8192) == [
+    assert step_attention._groups(bases, positions, 8192) == [
         (0, 128, 24, list(range(24))),
         (3072, 1, 1, [24]),
     ]
     # A view never reads past the arena: the last row's span would.
-    assert len(llama_attention._groups([0, 128], [10, 100], 200)) == 2
+    assert len(step_attention._groups([0, 128], [10, 100], 200)) == 2
 
 
 def test_only_the_llama_family_with_safetensors_runs_natively(tmp_path: Path) -> None:

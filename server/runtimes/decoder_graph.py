@@ -1,6 +1,7 @@
-"""The Llama-family layer stack of one step as a TorchScript function: the whole stack runs in C++ with the
-GIL released once, instead of re-taking it after each of some 150 ops while the event loop is busy (which
-slowed a batch-8 step by 11-18% in the server; the same reason runtimes/mlp.py traces the MLP).
+"""The native decoder's layer stack of one step as TorchScript (its MLP activation fixed when scripted, one
+stack per activation of architectures.py's table): the whole stack runs in C++ with the GIL released once,
+instead of re-taking it after each of some 150 ops while the event loop is busy (which slowed a batch-8
+step by 11-18% in the server; the same reason runtimes/mlp.py traces the MLP).
 
 TorchScript is deprecated (hence the silenced warning) but is still the one in-process way to run a graph
 without the GIL; torch.compile needs a C++ toolchain at run time and recompiles as batch shapes change.
@@ -98,51 +99,73 @@ def _write_and_attend(
     )
 
 
-def _layers(
-    x: Tensor,
-    cos: Tensor,
-    sin: Tensor,
-    flat_token: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    weights: list[list[Tensor]],
-    heads: int,
-    kv: int,
-    dim: int,
-    eps: float,
-    chunks: list[list[int]],
-    chunk_masks: list[Tensor],
-    decode_offset: int,
-    groups: list[list[int]],
-    members: list[Tensor],
-    rows: list[Tensor],
-    group_masks: list[Tensor],
-) -> Tensor:
-    total, width = x.shape[0], x.shape[1]
-    qk_width, half = (heads + kv) * dim, dim // 2
-    for index in range(len(weights)):
-        w = weights[index]  # as LAYER_WEIGHTS (TorchScript takes no module constants)
-        h = F.rms_norm(x, [width], w[0], eps)
-        qkv = F.linear(h, w[1], w[2])
-        qk = qkv[:, :qk_width].view(total, heads + kv, dim)
-        qk = (
-            qk * cos + torch.cat([-qk[:, :, half:], qk[:, :, :half]], dim=-1) * sin
-        )  # rotary, q and k at once
-        values = qkv[:, qk_width:].view(total, kv, dim)
-        out = _write_and_attend(
-            qk[:, :heads], qk[:, heads:], values, k_cache[index], v_cache[index], flat_token, kv, dim,
-            chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
-        )  # fmt: skip
-        x = x + F.linear(out, w[3], w[4])
-        h = F.rms_norm(x, [width], w[5], eps)
-        gate, up = F.linear(h, w[6], w[7]).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, w[8], w[9])
-    return x
+class LayerStack(torch.nn.Module):
+    """The layer stack; `activation` (a key of ACTIVATIONS' values) is a TorchScript constant, so the gate's
+    function is chosen once, when the stack is scripted, not per call."""
+
+    __constants__ = ["activation"]
+
+    def __init__(self, activation: str) -> None:
+        super().__init__()
+        self.activation = activation
+
+    def _gate(self, gate: Tensor) -> Tensor:
+        if self.activation == "gelu_tanh":
+            return F.gelu(gate, approximate="tanh")
+        if self.activation == "gelu":
+            return F.gelu(gate)
+        return F.silu(gate)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        flat_token: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        weights: list[list[Tensor]],
+        heads: int,
+        kv: int,
+        dim: int,
+        eps: float,
+        chunks: list[list[int]],
+        chunk_masks: list[Tensor],
+        decode_offset: int,
+        groups: list[list[int]],
+        members: list[Tensor],
+        rows: list[Tensor],
+        group_masks: list[Tensor],
+    ) -> Tensor:
+        total, width = x.shape[0], x.shape[1]
+        qk_width, half = (heads + kv) * dim, dim // 2
+        for index in range(len(weights)):
+            w = weights[index]  # as LAYER_WEIGHTS (TorchScript takes no module constants)
+            h = F.rms_norm(x, [width], w[0], eps)
+            qkv = F.linear(h, w[1], w[2])
+            qk = qkv[:, :qk_width].view(total, heads + kv, dim)
+            qk = (
+                qk * cos + torch.cat([-qk[:, :, half:], qk[:, :, :half]], dim=-1) * sin
+            )  # rotary, q and k at once
+            values = qkv[:, qk_width:].view(total, kv, dim)
+            out = _write_and_attend(
+                qk[:, :heads], qk[:, heads:], values, k_cache[index], v_cache[index], flat_token, kv, dim,
+                chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
+            )  # fmt: skip
+            x = x + F.linear(out, w[3], w[4])
+            h = F.rms_norm(x, [width], w[5], eps)
+            gate, up = F.linear(h, w[6], w[7]).chunk(2, dim=-1)
+            x = x + F.linear(self._gate(gate) * up, w[8], w[9])
+        return x
 
 
-def compiled() -> Any:
-    """The scripted layer stack (compiled once per process, on first use)."""
-    return scripted(_layers)
+def compiled(activation: str = "silu") -> Any:
+    """The scripted layer stack with this MLP activation (compiled once per process and activation)."""
+    if activation not in _STACKS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _STACKS[activation] = torch.jit.script(LayerStack(activation))
+    return _STACKS[activation]
 
 
 def scripted(function: Any) -> Any:
@@ -155,3 +178,4 @@ def scripted(function: Any) -> Any:
 
 
 _COMPILED: dict[Any, Any] = {}
+_STACKS: dict[str, Any] = {}

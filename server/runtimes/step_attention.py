@@ -1,5 +1,5 @@
 """StepAttention: one step's attention over the KV arena, planned once per step (run per layer by the
-scripted attention, llama_graph.py).
+scripted attention, decoder_graph.py).
 
 Each prefill chunk attends its own region's prefix (causal, offset by the chunk's start). Decoding rows
 attend in groups: a group is rows whose regions start at equal strides (as sequences admitted together
@@ -114,7 +114,7 @@ class StepAttention:
         return _Rows(lo, stride, count, span, index, rows, mask[:, None, None, :], direct)
 
     def graph_args(self) -> tuple[Any, ...]:
-        """The plan as the scripted layer stack (llama_graph.py) takes it: plain lists of ints and tensors."""
+        """The plan as the scripted layer stack (decoder_graph.py) takes it: lists of ints and tensors."""
         chunks = [[c.offset, c.n, c.base, c.end] for c in self.chunks]
         groups = [[g.lo, g.stride, g.count, g.span, int(g.direct)] for g in self.groups]
         return (
