@@ -31,6 +31,7 @@ class ModelContext:
     max_batch_size: int  # items per Infer forward pass
     context_length: int  # longest sequence of a generative model; 0: the model's own
     max_sequences: int  # sequences a generative model runs at once
+    dtype: str = "auto"  # --dtype, for a model whose weights take it (registry.model_dtype resolves it)
 
 
 class ModelSettings(Protocol):

@@ -31,6 +31,7 @@ from server.runtimes.byte_lm import ByteLmOptions, byte_lm
 from server.runtimes.encoder import all_minilm_l6_v2
 from server.runtimes.former_factory import FormerSettings
 from server.runtimes.mlp import MlpOptions, mlp_model
+from server.runtimes.smollm2 import smollm2_model
 from server.runtimes.options import (
     ModelContext,
     ModelSettings,
@@ -121,6 +122,7 @@ register_model(
     "all-minilm-l6-v2",
     lambda context: all_minilm_l6_v2(max_batch_size=context.max_batch_size, device=context.device),
 )
+register_model("smollm2", smollm2_model)
 
 
 def resolve_device(setting: str) -> torch.device:
@@ -255,6 +257,7 @@ def build_models(settings: ModelSettings, device: torch.device) -> list[Model]:
         max_batch_size=settings.max_batch_size,
         context_length=settings.context_length,
         max_sequences=settings.max_sequences,
+        dtype=settings.dtype,
     )
     models = []
     for name in settings.served_models:
