@@ -31,7 +31,6 @@ from server.runtimes.byte_lm import ByteLmOptions, byte_lm
 from server.runtimes.encoder import all_minilm_l6_v2
 from server.runtimes.former_factory import FormerSettings
 from server.runtimes.mlp import MlpOptions, mlp_model
-from server.runtimes.smollm2 import smollm2_model
 from server.runtimes.options import (
     ModelContext,
     ModelSettings,
@@ -40,6 +39,7 @@ from server.runtimes.options import (
     describe_options,
     parse_options,
 )
+from server.runtimes.smollm2 import smollm2_model
 
 Model = TensorModel | GenerativeModel
 OptionsT = TypeVar("OptionsT")
