@@ -50,12 +50,8 @@ def test_models_name_what_is_served_hf_names_included() -> None:
 def test_an_empty_model_list_reads_as_left_out_so_the_hf_models_alone_are_served() -> None:
     hf_only = Settings.from_args(["--hf-models", "smol=/models/smol", "--models", ""])
     assert hf_only.served_models == ("smol",)
-    assert Settings.from_args(["--models", ""]).served_models == (
-        "mlp",
-        "byte-lm",
-        "all-minilm-l6-v2",
-        "smollm2",
-    )
+    all_embedded = ("mlp", "byte-lm", "all-minilm-l6-v2", "smollm2")
+    assert Settings.from_args(["--models", ""]).served_models == all_embedded
 
 
 def test_a_model_named_twice_is_served_once() -> None:
