@@ -89,3 +89,55 @@ def test_sluice_up_serves_a_gguf_file_given_by_path() -> None:
         body = {"model": "smol", "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
         answer = httpx.post(f"{url}/v1/generate", json=body, timeout=60).json()
         assert answer["text"].startswith(" Paris"), answer
+
+
+GATED_PLUGIN = """
+import time
+from pathlib import Path
+
+from server.runtimes.mlp import MlpOptions, mlp_model
+from server.runtimes.registry import register_model
+
+GO = Path(__file__).with_name("go")
+
+
+def gated(options, context):
+    while not GO.exists():  # the test says when this model has loaded
+        time.sleep(0.05)
+    return mlp_model(options, context)
+
+
+register_model("gated", gated, options_of="mlp")
+"""
+
+
+def test_sluice_up_answers_unready_while_a_model_loads_then_ready(tmp_path: Path) -> None:
+    """Item 2: the shim listens while the server still loads its models (so its start overlaps theirs), and
+    its /readyz says 503 until every model is loaded; the banner comes once both are ready."""
+    plugin = tmp_path / "gated_plugin.py"
+    plugin.write_text(GATED_PLUGIN)
+    command = [
+        SLUICE,
+        "up",
+        "--plugins",
+        str(plugin),
+        "--models",
+        "gated",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+    ]
+    up = Process("up", command, cwd=ROOT, die_with_parent=True)
+    try:
+        url = up.wait_for_line(r"sluice shim listening on (\S+) ", timeout=60).group(1)
+        unready = httpx.get(f"{url}/readyz", timeout=30)
+        assert unready.status_code == 503, unready.text
+        assert not any("sluice up: gRPC on" in line for line in up.lines)
+        (tmp_path / "go").touch()
+        up.wait_for_line(r"sluice up: gRPC on (\S+), HTTP on (\S+); Ctrl-C stops both")
+        assert httpx.get(f"{url}/readyz", timeout=30).status_code == 200
+        up.signal(signal.SIGTERM)
+        assert up.proc.wait(90) == 0, up.diagnostics()
+    finally:
+        up.stop(30)
