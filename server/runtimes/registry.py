@@ -41,6 +41,7 @@ from server.runtimes.options import (
     describe_options,
     parse_options,
 )
+from server.runtimes.smollm2 import smollm2_model
 
 Model = TensorModel | GenerativeModel
 OptionsT = TypeVar("OptionsT")
@@ -123,6 +124,7 @@ register_model(
     "all-minilm-l6-v2",
     lambda context: all_minilm_l6_v2(max_batch_size=context.max_batch_size, device=context.device),
 )
+register_model("smollm2", smollm2_model)
 
 
 def resolve_device(setting: str) -> torch.device:

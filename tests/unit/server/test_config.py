@@ -40,7 +40,7 @@ def test_nonsense_names_the_setting(flags: list[str], name: str) -> None:
 
 
 def test_models_name_what_is_served_hf_names_included() -> None:
-    assert Settings().served_models == ("mlp", "byte-lm", "all-minilm-l6-v2")
+    assert Settings().served_models == ("mlp", "byte-lm", "all-minilm-l6-v2", "smollm2")
     hf_only = Settings.from_args(["--hf-models", "gen=/models/gen"])
     assert hf_only.served_models == ("gen",) and hf_only.hf_directories == {"gen": "/models/gen"}
     both = Settings.from_args(["--hf-models", "gen=/models/gen", "--models", "mlp,gen"])
@@ -50,7 +50,8 @@ def test_models_name_what_is_served_hf_names_included() -> None:
 def test_an_empty_model_list_reads_as_left_out_so_the_hf_models_alone_are_served() -> None:
     hf_only = Settings.from_args(["--hf-models", "smol=/models/smol", "--models", ""])
     assert hf_only.served_models == ("smol",)
-    assert Settings.from_args(["--models", ""]).served_models == ("mlp", "byte-lm", "all-minilm-l6-v2")
+    all_embedded = ("mlp", "byte-lm", "all-minilm-l6-v2", "smollm2")
+    assert Settings.from_args(["--models", ""]).served_models == all_embedded
 
 
 def test_a_model_named_twice_is_served_once() -> None:

@@ -1,0 +1,143 @@
+"""Issue 38, item 2 and acceptance 1: `sluice up` with no model flags (what `make up` runs) serves smollm2
+beside the embedded models, and the README's first examples (the OpenAI SDK one, the curl one) print its
+real, correct answer, greedy; `sluice up --hf-models smol=FILE.gguf` serves the file directly. One sluice up
+per fixture, so SmolLM2 loads once for each."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.runtimes.smollm2 import smollm2_gguf
+from tests.support.processes import ROOT, Process
+from tests.support.readme import readme_block
+
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+SLUICE = str(Path(sys.executable).parent / "sluice")
+
+
+def sluice_up(*flags: str) -> Iterator[str]:
+    """`sluice up FLAGS` on free ports, until the test is done: its HTTP URL, once /readyz says ready."""
+    command = [SLUICE, "up", *flags, "--grpc-port", "0", "--http-port", "0"]
+    up = Process("up", command, cwd=ROOT, die_with_parent=True)
+    try:
+        banner = up.wait_for_line(r"sluice up: gRPC on (\S+), HTTP on (\S+); Ctrl-C stops both")
+        url = banner.group(2)
+        assert httpx.get(f"{url}/readyz", timeout=30).status_code == 200  # the banner follows readiness
+        yield url
+        up.signal(signal.SIGTERM)
+        assert up.proc.wait(90) == 0, up.diagnostics()
+    finally:
+        up.stop(30)
+
+
+@pytest.fixture(scope="module")
+def default_up() -> Iterator[str]:
+    yield from sluice_up()
+
+
+def test_sluice_up_without_model_flags_serves_smollm2_beside_the_embedded_models(default_up: str) -> None:
+    listed = httpx.get(f"{default_up}/v1/models", timeout=30).json()["data"]
+    assert sorted(model["id"] for model in listed) == ["all-minilm-l6-v2", "byte-lm", "mlp", "smollm2"]
+
+
+def test_the_readme_sdk_example_prints_smollm2s_correct_answer(default_up: str) -> None:
+    example = readme_block("from openai import OpenAI")
+    assert 'base_url="http://127.0.0.1:8000/v1"' in example and 'model="smollm2"' in example
+    ran = subprocess.run(
+        [sys.executable, "-c", example.replace("http://127.0.0.1:8000", default_up)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    answer, counted = ran.stdout.rstrip("\n").rsplit("\n", 1)
+    assert answer == "The capital of France is Paris.", ran.stdout  # greedy: the same every run
+    assert f"print()  # {answer}" in example  # what the README says it prints
+    assert counted == "2 vectors of 384"
+
+
+def test_the_readme_curl_example_streams_smollm2s_answer(default_up: str) -> None:
+    example = readme_block("curl -N http://127.0.0.1:8000/v1/generate")
+    command = " ".join(line.rstrip("\\").strip() for line in example.splitlines() if not line.startswith("#"))
+    argv = [arg.replace("http://127.0.0.1:8000", default_up) for arg in shlex.split(command)]
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    data = [json.loads(line[6:]) for line in ran.stdout.splitlines() if line.startswith("data: ")]
+    text = "".join(event.get("text", "") for event in data[:-1])
+    assert text.startswith(" Paris."), ran.stdout
+    for event in data[:2]:  # the README shows the first two events as they are
+        assert f"# data: {json.dumps(event, separators=(',', ':'))}" in example
+
+
+def test_sluice_up_serves_a_gguf_file_given_by_path() -> None:
+    """Acceptance 1: `sluice up --hf-models smol=PATH.gguf` serves the file, and it answers."""
+    for url in sluice_up("--hf-models", f"smol={smollm2_gguf()}"):
+        listed = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
+        assert [model["id"] for model in listed] == ["smol"]
+        body = {"model": "smol", "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
+        answer = httpx.post(f"{url}/v1/generate", json=body, timeout=60).json()
+        assert answer["text"].startswith(" Paris"), answer
+
+
+GATED_PLUGIN = """
+import time
+from pathlib import Path
+
+from server.runtimes.mlp import MlpOptions, mlp_model
+from server.runtimes.registry import register_model
+
+GO = Path(__file__).with_name("go")
+
+
+def gated(options, context):
+    while not GO.exists():  # the test says when this model has loaded
+        time.sleep(0.05)
+    return mlp_model(options, context)
+
+
+register_model("gated", gated, options_of="mlp")
+"""
+
+
+def test_sluice_up_answers_unready_while_a_model_loads_then_ready(tmp_path: Path) -> None:
+    """Item 2: the shim listens while the server still loads its models (so its start overlaps theirs), and
+    its /readyz says 503 until every model is loaded; the banner comes once both are ready."""
+    plugin = tmp_path / "gated_plugin.py"
+    plugin.write_text(GATED_PLUGIN)
+    command = [
+        SLUICE,
+        "up",
+        "--plugins",
+        str(plugin),
+        "--models",
+        "gated",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+    ]
+    up = Process("up", command, cwd=ROOT, die_with_parent=True)
+    try:
+        url = up.wait_for_line(r"sluice shim listening on (\S+) ", timeout=60).group(1)
+        unready = httpx.get(f"{url}/readyz", timeout=30)
+        assert unready.status_code == 503, unready.text
+        assert not any("sluice up: gRPC on" in line for line in up.lines)
+        (tmp_path / "go").touch()
+        up.wait_for_line(r"sluice up: gRPC on (\S+), HTTP on (\S+); Ctrl-C stops both")
+        assert httpx.get(f"{url}/readyz", timeout=30).status_code == 200
+        up.signal(signal.SIGTERM)
+        assert up.proc.wait(90) == 0, up.diagnostics()
+    finally:
+        up.stop(30)
