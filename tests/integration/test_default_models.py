@@ -81,6 +81,63 @@ def test_the_readme_curl_example_streams_smollm2s_answer(default_up: str) -> Non
         assert f"# data: {json.dumps(event, separators=(',', ':'))}" in example
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def test_smollm2_calls_the_weather_tool_once_with_parallel_calls_at_openais_default(default_up: str) -> None:
+    """Issue 38, acceptances 2 and 4, through the official SDK: the measured case (a required call with
+    parallel_tool_calls left at OpenAI's default, true) ends `tool_calls` with one call for Paris instead of
+    repeating the call until max_tokens (docs/constrained.md: a repeated call ends the calls)."""
+    import openai
+
+    sdk = openai.OpenAI(base_url=f"{default_up}/v1", api_key="unused", max_retries=0)
+    answer = sdk.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        max_tokens=60,
+        temperature=0,
+    )
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    calls = choice.message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert answer.usage is not None and answer.usage.completion_tokens < 60
+
+
+def test_smollm2_answers_in_the_json_schema_it_is_given(default_up: str) -> None:
+    """Acceptance 2: a JSON-schema output from the real model through the SDK's parse helper."""
+    import openai
+    from pydantic import BaseModel
+
+    class Capital(BaseModel):
+        country: str
+        capital: str
+
+    sdk = openai.OpenAI(base_url=f"{default_up}/v1", api_key="unused", max_retries=0)
+    parsed = sdk.chat.completions.parse(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What is the capital of France? Answer in JSON."}],
+        response_format=Capital,
+        max_tokens=48,
+        temperature=0,
+    )
+    choice = parsed.choices[0]
+    assert choice.finish_reason == "stop", choice
+    capital = choice.message.parsed
+    assert capital is not None and capital.capital == "Paris", choice.message.content
+
+
 def test_sluice_up_serves_a_gguf_file_given_by_path() -> None:
     """Acceptance 1: `sluice up --hf-models smol=PATH.gguf` serves the file, and it answers."""
     for url in sluice_up("--hf-models", f"smol={smollm2_gguf()}"):
