@@ -11,12 +11,13 @@ from bench.thread_cpu import thread_cpu_s
 
 
 def test_a_busy_thread_is_charged_under_its_given_name() -> None:
-    started, spun, stop = threading.Event(), threading.Event(), threading.Event()
+    started, go, spun, stop = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     native: list[int] = []
 
     def spin() -> None:
         native.append(threading.get_native_id())
         started.set()
+        go.wait(30)  # spins only once the first reading is taken
         end = time.thread_time() + 0.3  # its own CPU time, however busy the machine is
         while time.thread_time() < end:
             pass
@@ -29,9 +30,11 @@ def test_a_busy_thread_is_charged_under_its_given_name() -> None:
         assert started.wait(10)
         names = {native[0]: "spinner", threading.get_native_id(): "MainThread"}
         before = thread_cpu_s(os.getpid(), names)
+        go.set()
         assert spun.wait(60)
         after = thread_cpu_s(os.getpid(), names)
     finally:
+        go.set()
         stop.set()
         thread.join(30)
     assert after["spinner"] - before["spinner"] >= 0.2
