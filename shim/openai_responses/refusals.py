@@ -60,14 +60,15 @@ def refuse_kinds(
 
 def _untagged(location: tuple[int | str, ...], document: Any) -> tuple[int | str, ...]:
     """`location` without the labels pydantic adds for a union's member (`input.list[...].2.message.content`):
-    within the document, a name its object at that point does not hold."""
+    within the document, a name that cannot index a list, or one an object lacks with more location after
+    it (a missing field is the last name)."""
     kept: list[int | str] = []
     node = document
-    for part in location:
+    for index, part in enumerate(location):
         inside = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
         if inside or (isinstance(node, dict) and part in node):
             node = node[part]
-        elif isinstance(node, dict | list):
+        elif isinstance(node, list) or (isinstance(node, dict) and index < len(location) - 1):
             continue  # a label, no place in the document
         kept.append(part)
     return tuple(kept)
@@ -102,11 +103,14 @@ def parse(raw: bytes, schema: type[ModelT]) -> ModelT:
                     message, reason=reason, violations=(FieldViolation(param, message),)
                 ) from None
             if error["type"] == "extra_forbidden":
-                name = json_path(tuple(error["loc"]), document)
+                name = json_path(_untagged(tuple(error["loc"]), document), document)
                 message = f"unrecognized request argument supplied: {name}"
                 violation = FieldViolation(name, message)
                 raise invalid_argument(message, reason="UNKNOWN_PARAMETER", violations=(violation,)) from None
-        refused = validation_error(errors, document=document)
+        # The deepest first: of a union's members (`input` as text or as items) the one that came closest.
+        located = [(_untagged(tuple(error["loc"]), document), error) for error in errors]
+        located.sort(key=lambda pair: len(pair[0]), reverse=True)
+        refused = validation_error([{**error, "loc": path} for path, error in located], document=document)
         raise ShimError(refused.body, status=400) from None
 
 

@@ -100,6 +100,12 @@ class FunctionCallOutput(_Strict):
     id: Text | None = None
     status: Status | None = None
 
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts_only(cls, output: Any) -> Any:
+        refuse_kinds(output, "output", {"input_text"}, "text output")
+        return output
+
     @property
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
@@ -148,7 +154,7 @@ class TextConfig(_Strict):
     verbosity: Literal["medium"] | None = None  # a hint to OpenAI's models; only the default is kept
 
 
-class StreamOptions(_Strict):
+class ResponseStreamOptions(_Strict):
     include_obfuscation: StrictBool | None = None  # no obfuscation is ever added
 
 
@@ -180,7 +186,7 @@ class ResponsesRequest(_Strict):
     parallel_tool_calls: StrictBool | None = None
     text: TextConfig | None = None
     stream: StrictBool = False
-    stream_options: StreamOptions | None = None
+    stream_options: ResponseStreamOptions | None = None
     store: StrictBool = True  # OpenAI's default
     previous_response_id: Text | None = Field(default=None, min_length=1)
     metadata: Annotated[dict[Annotated[str, Field(max_length=64)], Text], Field(max_length=16)] | None = None
