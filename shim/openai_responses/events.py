@@ -28,8 +28,9 @@ from shim.stream.consumer import Failed, Generations, Piece
 from shim.stream.paced import Heartbeat
 from shim.stream.sse import PING, frame
 
-#: Called with the finished response object, its text and its calls (to store it).
-Finished = Callable[[dict[str, Any], str, Sequence[pb.ToolCall]], None]
+#: Called with the finished response object, its text, its calls and the server's timings (to store it, to
+#: note its usage in the span and the access log).
+Finished = Callable[[dict[str, Any], str, Sequence[pb.ToolCall], pb.GenerateTimings], None]
 _PART = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
 
 
@@ -123,6 +124,6 @@ async def response_events(
         for frame_ in _calls(event, piece.tool_calls, output):
             yield frame_
         response = head.response(status=status, output=output, usage=piece.usage, incomplete=incomplete)
-        finished(response, text, piece.tool_calls)
+        finished(response, text, piece.tool_calls, piece.timings)
         yield event(f"response.{status}", response=response)
         return

@@ -25,6 +25,7 @@ from shim.openai_responses.refusals import parse, response_not_found
 from shim.openai_responses.request_models import ResponsesRequest
 from shim.openai_responses.store import ResponseStore, owner
 from shim.openapi import documented
+from shim.request_metrics import request_metrics
 from shim.stream.consumer import Choice
 from shim.stream.serving import serve_generation
 from wire.metadata import USER
@@ -69,7 +70,13 @@ async def create_response(request: Request) -> Response:
     turns = conversation.turns(body, earlier)
     head = ResponseHead(body, new_id("resp"), int(time.time()))
 
-    def finished(response: dict[str, Any], text: str, calls: Sequence[pb.ToolCall]) -> None:
+    def finished(
+        response: dict[str, Any], text: str, calls: Sequence[pb.ToolCall], timings: pb.GenerateTimings
+    ) -> None:
+        usage = response["usage"]
+        # The request's span and access-log line get its tokens and timings, as the other routes' do.
+        counted = {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"]}
+        request_metrics(counted, [timings], model=body.model)
         if body.store:
             store.put(response, conversation.answered(turns, text, calls), owner=caller)
 
@@ -83,7 +90,7 @@ async def create_response(request: Request) -> Response:
             for item in output:
                 item["status"] = "incomplete"
         response = head.response(status=status, output=output, usage=choice.usage, incomplete=incomplete)
-        finished(response, choice.text, choice.tool_calls)
+        finished(response, choice.text, choice.tool_calls, choice.timings)
         return JsonResponse(response)
 
     return await serve_generation(
