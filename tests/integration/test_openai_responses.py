@@ -240,3 +240,13 @@ def test_leaving_a_stream_stops_generation_on_the_server(
     )
     generated = server.metric("sluice_tokens_generated_total", model="smollm2") - before
     assert generated < 300, generated  # far from 900: the stop reached the server within a few steps
+
+
+def test_an_answer_cut_by_max_output_tokens_is_incomplete(sdk: openai.OpenAI) -> None:
+    asked: dict[str, Any] = {"model": "smollm2", "input": "Count from one to fifty.", "temperature": 0}
+    cut = sdk.responses.create(**asked, max_output_tokens=5)
+    assert cut.status == "incomplete" and cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens" and cut.output[0].status == "incomplete"  # type: ignore[union-attr]
+    assert cut.usage is not None and cut.usage.output_tokens == 5
+    events = list(sdk.responses.create(**asked, max_output_tokens=5, stream=True))
+    assert events[-1].type == "response.incomplete" and events[-1].response.output_text == cut.output_text  # type: ignore[union-attr]
