@@ -24,7 +24,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from shim.errors import ErrorBody, ShimError
 from shim.openai_errors import openai_error_json
 from shim.openai_responses.answer import ResponseHead, ending, function_call_item, message_item, new_id
-from shim.stream.consumer import Failed, Generations, Piece
+from shim.stream.consumer import Generations, Piece
 from shim.stream.paced import Heartbeat
 from shim.stream.sse import PING, frame
 
@@ -98,11 +98,13 @@ async def response_events(
         if isinstance(item, Heartbeat):
             yield PING
             continue
-        if isinstance(item, Failed) or item.error is not None:
-            for failure in _failure(head, event, item.error, output):  # type: ignore[arg-type]
+        if item.error is not None:  # a call that failed (Failed), or a generation that ended with an error
+            for failure in _failure(head, event, item.error, output):
                 yield failure
             return
-        piece: Piece = item
+        if not isinstance(item, Piece):  # pragma: no cover - a Failed always carries its error
+            continue
+        piece = item
         if piece.text or (piece.finish_reason is not None and message_id is None and not piece.tool_calls):
             for opened in opening() if message_id is None else []:
                 yield opened

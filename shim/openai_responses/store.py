@@ -59,7 +59,8 @@ class ResponseStore:
     ) -> None:
         self.max_age_s, self.max_entries, self.max_bytes = max_age_s, max_entries, max_bytes
         self._clock = clock
-        self._entries: OrderedDict[str, Stored] = OrderedDict()
+        # Keyed by owner too: a response id can be the caller's X-Request-Id, which another token may send.
+        self._entries: OrderedDict[tuple[str, str], Stored] = OrderedDict()
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -75,9 +76,9 @@ class ResponseStore:
         if size > self.max_bytes:
             return
         self._expire()
-        self._drop(response["id"])
-        entry = Stored(owner, response, conversation, size, self._clock() + self.max_age_s)
-        self._entries[response["id"]] = entry
+        key = (owner, str(response["id"]))
+        self._drop(key)
+        self._entries[key] = Stored(owner, response, conversation, size, self._clock() + self.max_age_s)
         self._bytes += size
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
@@ -85,17 +86,16 @@ class ResponseStore:
     def get(self, response_id: str, *, owner: str) -> Stored | None:
         """The kept response, if it has not expired and `owner` made it."""
         self._expire()
-        entry = self._entries.get(response_id)
-        return entry if entry is not None and entry.owner == owner else None
+        return self._entries.get((owner, response_id))
 
     def delete(self, response_id: str, *, owner: str) -> bool:
         if self.get(response_id, owner=owner) is None:
             return False
-        self._drop(response_id)
+        self._drop((owner, response_id))
         return True
 
-    def _drop(self, response_id: str) -> None:
-        entry = self._entries.pop(response_id, None)
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._entries.pop(key, None)
         if entry is not None:
             self._bytes -= entry.size
 
@@ -103,7 +103,7 @@ class ResponseStore:
         # Entries are kept in order of insertion, and all live equally long: the expired ones lead.
         now = self._clock()
         while self._entries:
-            first = next(iter(self._entries.values()))
+            key, first = next(iter(self._entries.items()))
             if first.expires > now:
                 return
-            self._drop(first.response["id"])
+            self._drop(key)

@@ -56,6 +56,16 @@ def test_an_entry_is_seen_and_deleted_only_by_its_owner() -> None:
     assert store.delete("a", owner="alice") and store.get("a", owner="alice") is None
 
 
+def test_one_id_under_two_owners_is_two_entries() -> None:
+    """A response id can be a caller's X-Request-Id: another token sending the same one replaces nothing."""
+    store = ResponseStore()
+    store.put(response("a", "alice's"), (), owner="alice")
+    store.put(response("a", "bob's"), (), owner="bob")
+    alices, bobs = store.get("a", owner="alice"), store.get("a", owner="bob")
+    assert alices is not None and alices.response["output_text"] == "alice's"
+    assert bobs is not None and bobs.response["output_text"] == "bob's"
+
+
 def test_a_response_stored_again_replaces_the_first() -> None:
     store = ResponseStore()
     store.put(response("a", "one"), (), owner="")
