@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from clients.codec import encode_priority
 from shim.admission.request_body import json_path, parse_json, validation_error
-from shim.anthropic import messages, streaming
+from shim.anthropic import errors, messages, streaming
 from shim.anthropic.request_models import TAG, CountTokensRequest, MessagesRequest, Unsupported
 from shim.errors import FieldViolation, ShimError, upstream_errors
 from shim.families import FamilyRoute
@@ -36,6 +36,17 @@ router = APIRouter(prefix="/v1", tags=["anthropic"], route_class=FamilyRoute)
 BodyT = TypeVar("BodyT", bound=BaseModel)
 STARTED = datetime.fromtimestamp(time.time(), UTC).isoformat().replace("+00:00", "Z")
 _PARAMS = {"text": "messages", "chat.messages": "messages", "sampling.stop": "stop_sequences"}
+
+
+def _documented(request: type[BaseModel] | None, answer: str, *, streams: bool = False) -> dict[str, Any]:
+    """shim.openapi.documented, and the 529 Anthropic answers an overload with (beside the shared table's)."""
+    declared = documented(request, answer, streams=streams)
+    overloaded: dict[str, Any] = {
+        "description": "overloaded: retry after retry-after",
+        "content": {"application/json": {"schema": errors.ERROR_SCHEMA}},
+    }
+    declared["responses"][str(errors.OVERLOADED)] = overloaded
+    return declared
 
 
 def anthropic_param(proto_path: str) -> str:
@@ -76,7 +87,7 @@ def _metadata(body: MessagesRequest) -> tuple[tuple[str, str], ...]:
     return ((USER, "".join(c if " " <= c <= "~" else "?" for c in user[:256])),)
 
 
-@router.post("/messages", **documented(MessagesRequest, "AnthropicMessage", streams=True))
+@router.post("/messages", **_documented(MessagesRequest, "AnthropicMessage", streams=True))
 async def create_message(request: Request) -> Response:
     body = parse(await request.body(), MessagesRequest)
     message_id = messages.new_id()
@@ -100,7 +111,7 @@ async def create_message(request: Request) -> Response:
     )
 
 
-@router.post("/messages/count_tokens", **documented(CountTokensRequest, "AnthropicTokensCount"))
+@router.post("/messages/count_tokens", **_documented(CountTokensRequest, "AnthropicTokensCount"))
 async def count_tokens(request: Request) -> Response:
     """The prompt's tokens as /v1/messages would send it: the chat template over the system prompt, the
     messages and the tools, up to where the assistant speaks."""
@@ -129,7 +140,7 @@ def _model(info: pb.ModelInfo) -> dict[str, Any]:
     return {"type": "model", "id": info.name, "display_name": info.name, "created_at": STARTED}
 
 
-@router.get("/models", **documented(None, "AnthropicModelsPage"))
+@router.get("/models", **_documented(None, "AnthropicModelsPage"))
 async def list_models(request: Request) -> JsonResponse:
     """The generative models (the ones Messages can serve), in one page."""
     settings = settings_of(request)
@@ -142,7 +153,7 @@ async def list_models(request: Request) -> JsonResponse:
     return JsonResponse({"data": data, "has_more": False, "first_id": first, "last_id": last})
 
 
-@router.get("/models/{model_id:path}", **documented(None, "AnthropicModel"))
+@router.get("/models/{model_id:path}", **_documented(None, "AnthropicModel"))
 async def retrieve_model(request: Request, model_id: str) -> JsonResponse:
     settings = settings_of(request)
     with upstream_errors(reconnect_s=settings.reconnect_backoff_s):
