@@ -229,3 +229,4 @@ class TokenChunk:
     error: StreamError | None = None
     tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, with finish_reason TOOL_CALLS
     timings: GenerateTimings | None = None
+    stop_sequence: str = ""  # on the last chunk, where one of the request's stop sequences ended it

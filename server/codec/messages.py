@@ -153,6 +153,8 @@ def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
         out.usage.total_tokens = chunk.usage.total_tokens
         out.usage.cached_tokens = chunk.usage.cached_tokens
     out.tool_calls.extend(call.to_proto() for call in chunk.tool_calls)
+    if chunk.stop_sequence and chunk.finish_reason is FinishReason.STOP:
+        out.stop_sequence = chunk.stop_sequence
     if chunk.timings is not None:
         t = chunk.timings
         out.timings.queue_wait.FromNanoseconds(int(t.queue_wait_s * 1e9))

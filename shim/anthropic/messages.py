@@ -28,8 +28,8 @@ from shim.identity import current_request_id
 from shim.stream.consumer import Choice
 from wire.constraint import Tool, ToolCall, ToolChoice
 
-# The server's finish reasons as Anthropic's stop reasons. A stop sequence ends a generation as the end of
-# sequence does ("stop"), and the server does not say which: both are end_turn, as vLLM's Messages API says.
+# The server's finish reasons as Anthropic's stop reasons; a "stop" that one of the request's stop sequences
+# caused (the server names it) is stop_sequence.
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _MODES = {"auto": "auto", "any": "required", "tool": "required", "none": "none"}
 
@@ -130,6 +130,13 @@ def tool_use_json(call: pb.ToolCall, *, whole: bool = True) -> dict[str, Any]:
     }
 
 
+def stop_json(finish_reason: str, stop_sequence: str) -> dict[str, Any]:
+    """`stop_reason` and `stop_sequence`, as a message and a stream's message_delta carry them."""
+    if finish_reason == "stop" and stop_sequence:
+        return {"stop_reason": "stop_sequence", "stop_sequence": stop_sequence}
+    return {"stop_reason": STOP_REASONS.get(finish_reason, "end_turn"), "stop_sequence": None}
+
+
 def head(body: MessagesRequest, message_id: str) -> dict[str, Any]:
     return {"id": message_id, "type": "message", "role": "assistant", "model": body.model}
 
@@ -142,7 +149,6 @@ def message_json(body: MessagesRequest, choice: Choice, *, message_id: str) -> d
     return {
         **head(body, message_id),
         "content": content,
-        "stop_reason": STOP_REASONS.get(choice.finish_reason, "end_turn"),
-        "stop_sequence": None,
+        **stop_json(choice.finish_reason, choice.stop_sequence),
         "usage": usage_json(choice.usage),
     }

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from shim.anthropic.errors import anthropic_status, error_json
-from shim.anthropic.messages import STOP_REASONS, head, tool_use_json, usage_json
+from shim.anthropic.messages import head, stop_json, tool_use_json, usage_json
 from shim.anthropic.request_models import MessagesRequest
 from shim.errors import ErrorBody, ShimError
 from shim.stream.consumer import Generations, Piece
@@ -86,6 +86,6 @@ async def events(
         if item.finish_reason is not None:
             for event in blocks.last(item):
                 yield event
-            delta = {"stop_reason": STOP_REASONS.get(item.finish_reason, "end_turn"), "stop_sequence": None}
+            delta = stop_json(item.finish_reason, item.stop_sequence)
             yield _event("message_delta", delta=delta, usage=usage_json(item.usage))
             yield _event("message_stop")

@@ -1,9 +1,10 @@
 """Issue 31, item 2 and acceptance 1: the official `anthropic` SDK, unchanged, against the real shim and
 server. On SmolLM2 (a real answer): a message whole and streamed (the same greedy text, Anthropic's event
-sequence, the prefix cache's tokens as cache_read_input_tokens), a tool_use / tool_result round trip, a
-forced call streamed as input_json_delta, count_tokens equal to what the message's prompt held. On the
-seeded byte LM: errors in Anthropic's shape, 529 overloaded_error after the SDK waited retry-after,
-x-api-key auth, Anthropic's /v1/models beside OpenAI's, and a stream left early ending its call."""
+sequence, the prefix cache's tokens as cache_read_input_tokens, a stop sequence named), a tool_use /
+tool_result round trip, a forced call streamed as input_json_delta, count_tokens equal to what the
+message's prompt held. On the seeded byte LM: errors in Anthropic's shape, 529 overloaded_error after the
+SDK waited retry-after, x-api-key auth, Anthropic's /v1/models beside OpenAI's, and a stream left early
+ending its call."""
 
 from __future__ import annotations
 
@@ -103,6 +104,19 @@ def test_the_raw_stream_is_anthropics_event_sequence(stack: tuple[ServerProcess,
     assert data[0]["message"]["content"] == [] and data[0]["message"]["stop_reason"] is None
     delta = data[-2]
     assert delta["delta"]["stop_reason"] in ("end_turn", "max_tokens") and delta["usage"]["output_tokens"] > 0
+
+
+def test_a_stop_sequence_is_named_whole_and_streamed(stack: tuple[ServerProcess, ShimProcess]) -> None:
+    _, shim = stack
+    sdk = client(shim)
+    asked: dict[str, Any] = {"temperature": 0, "stop_sequences": ["Paris"]}
+    whole = sdk.messages.create(model="smollm2", max_tokens=40, messages=CAPITAL, extra_body=asked)  # type: ignore[arg-type]
+    assert (whole.stop_reason, whole.stop_sequence) == ("stop_sequence", "Paris"), whole
+    assert "capital of France is" in whole.content[0].text and "Paris" not in whole.content[0].text  # type: ignore[union-attr]
+    with sdk.messages.stream(model="smollm2", max_tokens=40, messages=CAPITAL, extra_body=asked) as stream:  # type: ignore[arg-type]
+        streamed = stream.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence) == ("stop_sequence", "Paris")
+    assert streamed.content[0].text == whole.content[0].text  # type: ignore[union-attr]
 
 
 def test_a_tool_use_and_its_result_make_a_round_trip(stack: tuple[ServerProcess, ShimProcess]) -> None:

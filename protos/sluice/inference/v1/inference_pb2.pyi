@@ -1092,11 +1092,16 @@ class GenerateResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    STOP_SEQUENCE_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """New text since the previous message; never splits a UTF-8 character."""
     finish_reason: Global___FinishReason.ValueType
     """Why the generation ended; unspecified on every message but the last."""
+    stop_sequence: _builtins.str
+    """The stop sequence (one of the request's sampling.stop) that ended the generation, on the last message,
+    when finish_reason is STOP; empty where the end-of-sequence token or a stop token ended it.
+    """
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The token ids generated since the previous message."""
@@ -1131,11 +1136,12 @@ class GenerateResponse(_message.Message):
         error: Global___ErrorStatus | None = ...,
         logprobs: _abc.Iterable[Global___TokenLogprob] | None = ...,
         tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
+        stop_sequence: _builtins.str = ...,
         timings: Global___GenerateTimings | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "timings", b"timings", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "stop_sequence", b"stop_sequence", "text", b"text", "timings", b"timings", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
