@@ -279,6 +279,14 @@ def test_x_api_key_is_the_token(full_stack: tuple[ServerProcess, ShimProcess]) -
     with pytest.raises(anthropic.AuthenticationError) as info:
         client(shim, api_key="wrong").messages.create(model="byte-lm", max_tokens=2, messages=hello)
     assert info.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    # The tokenize family takes the default headers (Authorization: Bearer, api-key), as vLLM's routes do.
+    tokenize = {"model": "byte-lm", "prompt": "hi"}
+    refused = httpx.post(f"{shim.url}/tokenize", json=tokenize, headers={"x-api-key": TOKEN}, timeout=30)
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "AuthenticationError"
+    bearer_ok = httpx.post(
+        f"{shim.url}/tokenize", json=tokenize, headers={"authorization": f"Bearer {TOKEN}"}
+    )
+    assert bearer_ok.status_code == 200 and bearer_ok.json()["count"] == 2
 
 
 def test_an_overloaded_server_is_529_after_the_sdk_waited_as_told(
