@@ -18,8 +18,7 @@ from server.codec.tokens import decode_detokenize, decode_tokenize, encode_detok
 from server.domain import ModelDescriptor, Usage
 from server.errors import InvalidArgument, ModelNotFound, SluiceError
 from server.metrics import Metrics
-from server.submission import call_deadline, chosen_replica, submit_generation
-from server.tokenizing import detokenize, tokenize
+from server.submission import call_deadline, chosen_replica, detokenize, submit_generation, tokenize
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

@@ -4,9 +4,9 @@ components table."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class AnthropicUsage(BaseModel):
@@ -16,12 +16,26 @@ class AnthropicUsage(BaseModel):
     cache_read_input_tokens: int | None = None
 
 
+class AnthropicTextBlock(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class AnthropicToolUseBlock(BaseModel):
+    """A call the model made: `input` is its arguments object."""
+
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
 class AnthropicMessage(BaseModel):
     id: str
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[dict[str, Any]]  # text and tool_use blocks
+    content: list[Annotated[AnthropicTextBlock | AnthropicToolUseBlock, Field(discriminator="type")]]
     stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None
     stop_sequence: str | None
     usage: AnthropicUsage

@@ -13,7 +13,7 @@ from server.domain import ChatTurn, TokenizeSpec
 from server.errors import InvalidArgument
 from server.runtimes.base import default_chat_text
 from server.runtimes.byte_lm import ByteLm
-from server.tokenizing import detokenize, tokenize
+from server.submission import detokenize, tokenize
 
 CHAT = pb.ChatPrompt(messages=[pb.ChatMessage(role="user", content="hi")])
 
