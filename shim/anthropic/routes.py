@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import grpc
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
 from sluice.inference.v1 import inference_pb2 as pb
@@ -19,7 +20,7 @@ from clients.codec import encode_priority
 from shim.admission.request_body import json_path, parse_json, validation_error
 from shim.anthropic import errors, messages, streaming
 from shim.anthropic.request_models import TAG, CountTokensRequest, MessagesRequest, Unsupported
-from shim.errors import FieldViolation, ShimError, upstream_errors
+from shim.errors import ErrorBody, FieldViolation, ShimError, upstream_errors
 from shim.families import FamilyRoute
 from shim.identity import current_request_id
 from shim.jsonio import JsonResponse
@@ -30,6 +31,7 @@ from shim.stream.serving import serve_generation
 from shim.upstream.call_options import CallOptions
 from shim.upstream.channel import settings_of, upstream_of
 from shim.upstream.unary import call_unary
+from wire import errors as reasons
 from wire.metadata import USER
 
 router = APIRouter(prefix="/v1", tags=["anthropic"], route_class=FamilyRoute)
@@ -63,20 +65,20 @@ def parse(raw: bytes, schema: type[BodyT]) -> BodyT:
     try:
         return schema.model_validate(document)
     except ValidationError as exc:
-        errors: list[dict[str, Any]] = [
+        found: list[dict[str, Any]] = [
             {**error, "loc": tuple(p for p in error["loc"] if not str(p).startswith(TAG))}
             for error in exc.errors(include_url=False, include_input=False)
         ]
-        for error in errors:
+        for error in found:
             cause = error.get("ctx", {}).get("error")
             if isinstance(cause, Unsupported):
-                where = json_path(tuple(error["loc"]), document)
+                where = json_path(tuple(error["loc"]), document) if error["loc"] else ""
                 field = f"{where}.{cause.param}" if where else cause.param
                 message = f"{field} is not supported: {str(cause).partition(': ')[2]}"
                 raise invalid_argument(
                     message, reason="UNSUPPORTED_PARAMETER", violations=(FieldViolation(field, message),)
                 ) from None
-        raise ShimError(validation_error(errors, document=document).body, status=400) from None
+        raise ShimError(validation_error(found, document=document).body, status=400) from None
 
 
 def _metadata(body: MessagesRequest) -> tuple[tuple[str, str], ...]:
@@ -160,4 +162,7 @@ async def retrieve_model(request: Request, model_id: str) -> JsonResponse:
         response = await upstream_of(request).inference.GetModel(
             pb.GetModelRequest(name=model_id), timeout=settings.infer_timeout_s
         )
+    if response.model.kind != pb.MODEL_KIND_GENERATIVE:  # as the list says: Messages serves it not
+        message = f"model {model_id!r} is a tensor model, which /v1/messages does not serve"
+        raise ShimError(ErrorBody(grpc.StatusCode.NOT_FOUND, message, reason=reasons.MODEL_NOT_FOUND))
     return JsonResponse(_model(response.model))

@@ -42,7 +42,7 @@ TOKEN = "anthropic-test-token"
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[ServerProcess, ShimProcess]]:
-    server = start_server("--models", "byte-lm,smollm2")
+    server = start_server("--models", "byte-lm,smollm2,mlp")
     shim = start_shim(server.target)
     yield server, shim
     shim.terminate()
@@ -226,6 +226,8 @@ def test_anthropics_models_list_beside_openais(stack: tuple[ServerProcess, ShimP
     listed = client(shim).models.list()
     assert {m.id for m in listed.data} == {"byte-lm", "smollm2"} and not listed.has_more
     assert client(shim).models.retrieve("smollm2").display_name == "smollm2"
+    with pytest.raises(anthropic.NotFoundError):
+        client(shim).models.retrieve("mlp")  # a tensor model: not listed, not retrieved
     openai_list = httpx.get(f"{shim.url}/v1/models", timeout=30).json()  # no anthropic-version: OpenAI's
     assert openai_list["object"] == "list" and {m["id"] for m in openai_list["data"]} >= {"byte-lm"}
 
