@@ -2,14 +2,24 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup test-tools up test lint proto proto-check cuda-wheels
+.PHONY: setup test-tools up test lint proto proto-check cuda-wheels bench-llamacpp
 
 # A recipe that fails leaves no stamp behind (the touch is its last step), so the next make retries it.
 $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 
-setup: $(STAMP)
+set# The llama.cpp server for bench.smollm2 (benchmarks only): built from source by pip, CPU, default flags.
+LLAMACPP_STAMP := .venv-llamacpp/.installed
+
+$(LLAMACPP_STAMP): requirements-llamacpp.lock
+	python3 -m venv .venv-llamacpp
+	.venv-llamacpp/bin/pip install -r requirements-llamacpp.lock
+	touch $(LLAMACPP_STAMP)
+
+bench-llamacpp: $(LLAMACPP_STAMP)
+
+up: $(STAMP)
 
 # What the suites drive besides Python (h2load, Chromium, promtool, Node and clients/node's packages): only
 # `make test` installs them, so the image that `make setup` builds stays without them.
@@ -27,6 +37,16 @@ TRITON_STAMP := .venv-triton/.installed
 $(TRITON_STAMP): requirements-triton.lock scripts/setup_triton.sh
 	bash scripts/setup_triton.sh
 	touch $(TRITON_STAMP)
+
+# The llama.cpp server for bench.smollm2 (benchmarks only): built from source by pip, CPU, default flags.
+LLAMACPP_STAMP := .venv-llamacpp/.installed
+
+$(LLAMACPP_STAMP): requirements-llamacpp.lock
+	python3 -m venv .venv-llamacpp
+	.venv-llamacpp/bin/pip install -r requirements-llamacpp.lock
+	touch $(LLAMACPP_STAMP)
+
+bench-llamacpp: $(LLAMACPP_STAMP)
 
 up: $(STAMP)
 	.venv/bin/sluice up

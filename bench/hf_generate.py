@@ -100,14 +100,16 @@ def raw_step_ms(model: Any, batch: int, position: int = 200, steps: int = 20) ->
 
 
 # -- the same streams from h2load (a C client: the Python client takes ~12% of a core at 32 streams) --------
-def h2load_run(target: str, streams: int, tokens: int, folder: Path) -> Run | None:
+def h2load_run(
+    target: str, streams: int, tokens: int, folder: Path, *, model: str = MODEL, text: str = PROMPT
+) -> Run | None:
     """`streams` Generate calls at once on one connection, each a pre-framed GenerateRequest; tokens/s from
     h2load's wall time (every stream generates `tokens`: ignore_eos). None where h2load is not installed."""
     h2load = shutil.which("h2load")
     if h2load is None:
         return None
     sampling = pb.SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    message = pb.GenerateRequest(model=MODEL, text=PROMPT, sampling=sampling).SerializeToString()
+    message = pb.GenerateRequest(model=model, text=text, sampling=sampling).SerializeToString()
     body = folder / "generate.bin"
     body.write_bytes(b"\x00" + struct.pack(">I", len(message)) + message)
     url = f"http://{target}/sluice.inference.v1.InferenceService/Generate"

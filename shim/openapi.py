@@ -84,6 +84,15 @@ SHIM_ERROR_SCHEMA: dict[str, Any] = {
 }
 
 
+#: One server-sent event, as OpenAPI before 3.2 reads a `text/event-stream` schema (each event, not the
+#: stream) and schemathesis checks it: its fields, the data a line of JSON (or `[DONE]`).
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": _TEXT, "event": _TEXT, "id": _TEXT, "retry": {"type": "integer"}},
+}
+
+
 def ref(model: str) -> dict[str, str]:
     return {"$ref": REF.format(model=model)}
 
@@ -107,7 +116,7 @@ def documented(
     schema = ref(answer) if isinstance(answer, str) else dict(answer or {})
     content: dict[str, Any] = {JSON: {"schema": schema}}
     if streams:
-        content[SSE] = {"schema": {"type": "string"}}
+        content[SSE] = {"schema": SSE_EVENT_SCHEMA}
     for other in media:
         content[other] = {"schema": {"type": "string", "format": "binary"}}
     responses: dict[str, Any] = {"200": {"description": "the answer", "content": content}}

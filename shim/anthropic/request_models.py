@@ -27,18 +27,18 @@ class Unsupported(ValueError):
         self.param = param
 
 
-class _Strict(BaseModel):
+class _AnthropicStrict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TextBlock(_Strict):
+class TextBlock(_AnthropicStrict):
     type: Literal["text"]
     text: Text
     cache_control: dict[str, Any] | None = None
     citations: list[Any] | None = None  # what the SDK echoes back of an answer's block
 
 
-class ToolUseBlock(_Strict):
+class ToolUseBlock(_AnthropicStrict):
     type: Literal["tool_use"]
     id: Text = Field(min_length=1)
     name: Text = Field(min_length=1)
@@ -47,7 +47,7 @@ class ToolUseBlock(_Strict):
     caller: dict[str, Any] | None = None  # what the SDK echoes back of an answer's block
 
 
-class ToolResultBlock(_Strict):
+class ToolResultBlock(_AnthropicStrict):
     type: Literal["tool_result"]
     tool_use_id: Text = Field(min_length=1)
     content: Text | list[TextBlock] | None = None
@@ -90,7 +90,7 @@ Block = Annotated[
 ]
 
 
-class MessageParam(_Strict):
+class MessageParam(_AnthropicStrict):
     role: Literal["user", "assistant"]
     content: Text | list[Block]
 
@@ -104,7 +104,7 @@ class MessageParam(_Strict):
         return self
 
 
-class ToolDef(_Strict):
+class ToolDef(_AnthropicStrict):
     name: ToolName
     description: Text | None = None
     input_schema: dict[str, Any]
@@ -120,7 +120,7 @@ class ToolDef(_Strict):
         return data
 
 
-class ToolChoiceParam(_Strict):
+class ToolChoiceParam(_AnthropicStrict):
     type: Literal["auto", "any", "tool", "none"]
     name: ToolName | None = None
     disable_parallel_tool_use: StrictBool | None = None
@@ -132,11 +132,11 @@ class ToolChoiceParam(_Strict):
         return self
 
 
-class Metadata(_Strict):
+class Metadata(_AnthropicStrict):
     user_id: Text | None = None
 
 
-class Conversation(_Strict):
+class Conversation(_AnthropicStrict):
     """What /v1/messages and its count_tokens share."""
 
     model: Text = Field(min_length=1)

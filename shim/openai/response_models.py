@@ -112,14 +112,3 @@ class Model(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"]
     data: list[Model]
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail

@@ -1,6 +1,6 @@
 """The OpenAI family's routes: argument wiring only (parse -> serving module -> response). Bodies are read by
 the admission middleware; errors, theirs and the middleware's, are answered in the family's shape
-(shim/openai/errors.py), which the family registry (shim.families) hands the app's handlers."""
+(shim/openai_errors.py), which the family registry (shim.families) hands the app's handlers."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 
 from shim import jsonio
 from shim.errors import ErrorBody, ShimError
-from shim.openai.errors import openai_error_json
+from shim.openai_errors import openai_error_json
 from shim.request_metrics import request_metrics
 from shim.stream.consumer import Generations, Piece
 from shim.stream.paced import Heartbeat

@@ -1,13 +1,21 @@
-"""The OpenAI family's error shape, `{"error": {"message", "type", "param", "code"}}`, from the shim's one
-code table (shim/errors.py): the HTTP status is the same as on the native routes, and an overload carries
-`Retry-After` and `retry-after-ms`, which the official SDKs wait for before they retry."""
+"""OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}`, shared by the two OpenAI families
+(shim/openai: chat, completions, embeddings, models; shim/openai_responses: the Responses API), which may not
+import each other. From the shim's one code table (shim/errors.py): the HTTP status is the same as on the
+native routes, and an overload carries `Retry-After` and `retry-after-ms`, which the official SDKs wait for
+before they retry."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from shim.errors import ShimError
 from shim.jsonio import JsonResponse
+from shim.openapi import ref
+
+#: The shape in /openapi.json, for every error status an OpenAI family's routes can answer.
+ERROR_SCHEMA = ref("ErrorResponse")
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -22,6 +30,17 @@ _TYPE_BY_STATUS = {
     499: "invalid_request_error",
     504: "timeout_error",
 }
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
 
 
 def openai_error_json(error: ShimError) -> dict[str, Any]:
