@@ -116,7 +116,8 @@ def main() -> None:
         with LlamaCppServer(llamacpp, smollm2_gguf(), args.threads) if llamacpp else _nothing() as cpp:
             if cpp is not None:
                 asyncio.run(cpp.completions(prompt, 1, 4, ends))
-            for _ in range(repeats):
+            for repeat in range(repeats):
+                print(f"  repeat {repeat + 1} of {repeats}", flush=True)
                 for b in CONCURRENCY:
                     sides["raw HF loop"][b].append(raw_decode(model, ids, b, tokens))
                     h2 = h2load_run(server.target, b, tokens, Path(scratch), model=NAME, text=prompt)
