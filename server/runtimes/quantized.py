@@ -98,9 +98,12 @@ def fuse(parts: list[Tensor | Quantized]) -> Tensor | Quantized:
 
 
 def pack(weight: Quantized, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
-    """(weight, scales) as `linear` takes them on `device`, scales in the activations' dtype."""
+    """(weight, scales) as `linear` takes them on `device`: scales in bfloat16, the activations' dtype of the
+    kernels (their float32 forms have no fast path on CPU: 10-20x slower, docs/quantization.md), except
+    where a CUDA int8 weight is dequantized per call in `dtype`."""
     if weight.zeros is None:
-        return weight.values.to(device), weight.scales.to(device=device, dtype=dtype)
+        scales_dtype = dtype if device.type == "cuda" else torch.bfloat16
+        return weight.values.to(device), weight.scales.to(device=device, dtype=scales_dtype)
     # [K / group, N, 2]: each group's scale and zero, as both int4 kernels read them.
     scales_and_zeros = torch.stack([weight.scales, weight.zeros], dim=-1).transpose(0, 1).contiguous()
     values = weight.values.to(device)
@@ -111,7 +114,7 @@ def pack(weight: Quantized, dtype: torch.dtype, device: torch.device) -> tuple[T
         packed = torch.ops.aten._convert_weight_to_int4pack(paired, tiles)
         return packed, scales_and_zeros.to(device=device, dtype=torch.bfloat16)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(values.to(torch.int32), 1)
-    return packed, scales_and_zeros.to(dtype=dtype)
+    return packed, scales_and_zeros.to(dtype=torch.bfloat16)
 
 
 def prepare(
@@ -134,18 +137,17 @@ def linear(x: Tensor, weight: Tensor, scales: Tensor, bias: Tensor | None) -> Te
     if scales.numel() == 0:
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1]).contiguous()
-    if weight.dtype == torch.int8:
-        if weight.is_cuda:  # no CUDA int8 kernel in torch: dequantized per call, the weights stay small
-            y = F.linear(flat, weight.to(flat.dtype) * scales[:, None].to(flat.dtype))
-        else:
-            y = torch.ops.aten._weight_int8pack_mm(flat, weight, scales)
+    if weight.dtype == torch.int8 and weight.is_cuda:  # no CUDA int8 kernel in torch: dequantized per call
+        y = F.linear(flat, weight.to(flat.dtype) * scales[:, None].to(flat.dtype))
+    elif weight.dtype == torch.int8:
+        y = torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), weight, scales).to(flat.dtype)
     else:
         group = flat.shape[-1] // scales.shape[0]
         if weight.is_cuda:
             y = torch.ops.aten._weight_int4pack_mm(flat.to(torch.bfloat16), weight, group, scales)
-            y = y.to(flat.dtype)
         else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, group, scales)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat.to(torch.bfloat16), weight, group, scales)
+        y = y.to(flat.dtype)
     shape = list(x.shape)
     shape[-1] = y.shape[-1]
     y = y.view(shape)
