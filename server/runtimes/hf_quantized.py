@@ -1,8 +1,7 @@
 """Weight-only quantization of the generic Hugging Face path: every nn.Linear of a loaded transformers model
-(its lm_head included) replaced by a PackedLinear holding the packed weight, so transformers' own forward
-runs on quantized.py's kernels. Embeddings stay as the model has them (transformers looks rows up in an
-nn.Embedding); where lm_head is tied to them the packed copy is the extra memory, as the native decoder's
-int4 lm_head is."""
+(its lm_head included, int8 under int4) replaced by a PackedLinear holding the packed weight, so that
+transformers' own forward runs on quantized.py's kernels. Embeddings stay as the model has them
+(transformers looks rows up in an nn.Embedding); where lm_head is tied to them its packed copy is extra."""
 
 from __future__ import annotations
 
@@ -45,14 +44,18 @@ def quantize_linears(model: nn.Module, mode: str, dtype: torch.dtype, device: to
     if mode == "none":
         return 0
     replaced, kept = 0, []
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     for parent in list(model.modules()):
         for child_name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear):
                 continue
-            if not quantizable(child.weight, mode):
+            # The output projection stays int8 under int4, as on the native decoder (quality: the logits).
+            chosen = "int8" if child is head else mode
+            if not quantizable(child.weight, chosen):
                 kept.append(child_name)
                 continue
-            setattr(parent, child_name, PackedLinear(child, mode, dtype, device))
+            setattr(parent, child_name, PackedLinear(child, chosen, dtype, device))
             replaced += 1
     if kept:
         log.info("%d linear layers stay dense (their widths are not whole %s groups): %s", len(kept), mode,
