@@ -108,9 +108,7 @@ def test_the_generic_path_packs_every_linear_and_computes_the_dequantized_model(
     assert model.descriptor.quantization == mode and f"{mode} weights" in model.descriptor.description
     linears = [m for m in model.model.modules() if isinstance(m, torch.nn.Linear)]
     packed = [m for m in model.model.modules() if isinstance(m, PackedLinear)]
-    assert len(linears) == 0 and len(packed) == 15 - len(
-        linears
-    )  # 7 a layer, lm_head
+    assert len(linears) == 0 and len(packed) == 15 - len(linears)  # 7 a layer, lm_head
     reference = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     head = reference.get_output_embeddings()
     with torch.no_grad():
