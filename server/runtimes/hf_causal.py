@@ -56,8 +56,10 @@ def load_hf_causal(
         )  # fmt: skip
         done = time.perf_counter()
         log.info(
-            "%s loaded from %s in %.1f s (config and tokenizer %.1f s, weights to %s %.1f s)",
+            "%s loaded from %s in %.1f s (config and tokenizer %.1f s, weights to %s %.1f s); weights "
+            "%.1f MiB resident, quantization %s",
             *(name, path, done - started, read - started, dtype, done - read),
+            *(model.decoder.weights_bytes() / 2**20, quantization),
         )
         return model
     log.info("%s runs on the generic Hugging Face path: %s", name, reason)
