@@ -159,6 +159,18 @@ class GenerateSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenizeSpec:
+    """One Tokenize request after decoding: exactly one of text / chat is set."""
+
+    model: str
+    text: str | None
+    chat: tuple[ChatTurn, ...] | None = None
+    tools: tuple[Tool, ...] = ()
+    add_special_tokens: bool = False
+    add_generation_prompt: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
@@ -219,3 +231,4 @@ class TokenChunk:
     error: StreamError | None = None
     tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, with finish_reason TOOL_CALLS
     timings: GenerateTimings | None = None
+    stop_sequence: str = ""  # on the last chunk, where one of the request's stop sequences ended it

@@ -1,4 +1,5 @@
-"""InferenceServicer: thin RPC methods (decode -> submit -> encode); admission happened in the interceptor."""
+"""InferenceServicer: thin RPC methods (decode -> submit or tokenize -> encode); admission happened in the
+interceptor."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from server.admission.handlers import ADMISSION_WAIT, STREAM_SLOT, abort
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
+from server.codec.tokens import decode_detokenize, decode_tokenize, encode_detokenize, encode_tokenize
 from server.domain import ModelDescriptor, Usage
 from server.errors import InvalidArgument, ModelNotFound, SluiceError
 from server.metrics import Metrics
-from server.submission import call_deadline, chosen_replica, submit_generation
+from server.submission import call_deadline, chosen_replica, detokenize, submit_generation, tokenize
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -72,6 +74,25 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         finally:  # a caller that left is billed for what was generated for it
             if self.metrics is not None:
                 self._count(tenant.name if tenant is not None else "", spec.model, seq.usage())
+
+    async def Tokenize(self, request: pb.TokenizeRequest, context: Context) -> pb.TokenizeResponse:
+        try:
+            spec = decode_tokenize(request)
+            scheduler = chosen_replica(self.schedulers, spec.model)
+            token_ids = tokenize(scheduler.model, spec)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+        return encode_tokenize(request, token_ids, context_length=scheduler.limits.context_length)
+
+    async def Detokenize(self, request: pb.DetokenizeRequest, context: Context) -> pb.DetokenizeResponse:
+        try:
+            model, token_ids = decode_detokenize(request)
+            text = detokenize(chosen_replica(self.schedulers, model).model, token_ids)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+        return encode_detokenize(request, text)
 
     def _count(self, tenant: str, model: str, usage: Usage) -> None:
         m = self.metrics

@@ -2,7 +2,9 @@
 v2): the replica admission chose (NOT_FOUND for a model not served here) and the call's deadline; for a
 Generate, the request's extras resolved once (server/batching/extras.py: the tenant's prefix-cache salt,
 where a per-request adapter would be resolved), its constraint compiled off the event loop, then the
-scheduler's submit. Decoding and answering stay with each API's servicer."""
+scheduler's submit; for a Tokenize or Detokenize, the model's tokenizer asked on the event loop, as a
+Generate's tokenizing is (server/batching/requests.py): one tokenizer call, no model step. Decoding and
+answering stay with each API's servicer."""
 
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ from server.admission.handlers import ADMISSION_WAIT
 from server.admission.tenants import CALLER, Tenant
 from server.batching.continuous import ContinuousScheduler
 from server.batching.extras import RequestExtras
+from server.batching.requests import check_vocabulary
 from server.batching.sequence import GenSequence
-from server.domain import GenerateSpec
-from server.errors import ModelNotFound
+from server.domain import GenerateSpec, TokenizeSpec
+from server.errors import InvalidArgument, ModelNotFound, SluiceError, clip
+from server.runtimes.base import GenerativeModel
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Replica = TypeVar("Replica")
@@ -74,3 +78,24 @@ async def submit_generation(
         admission_wait_s=ADMISSION_WAIT.get(),
     )
     return Submitted(scheduler, seq, tenant)
+
+
+def tokenize(model: GenerativeModel, spec: TokenizeSpec) -> list[int]:
+    """The token ids; a conversation the chat template refuses (a template may raise on roles out of order)
+    is INVALID_ARGUMENT naming the messages, with the template's own words."""
+    if spec.chat is None:
+        return model.tokenize(spec.text or "", add_special_tokens=spec.add_special_tokens)
+    try:
+        return model.chat_tokens(spec.chat, spec.tools, add_generation_prompt=spec.add_generation_prompt)
+    except SluiceError:
+        raise
+    except Exception as exc:  # jinja2's TemplateError, a template's raise_exception(), a tokenizer's own
+        raise InvalidArgument(
+            f"the model's chat template refused the conversation: {clip(str(exc))}", field="chat.messages"
+        ) from None
+
+
+def detokenize(model: GenerativeModel, token_ids: Sequence[int]) -> str:
+    """The text; a token id outside the vocabulary is refused naming its position."""
+    check_vocabulary(token_ids, model.vocab_size, "token_ids")
+    return model.detokenize(token_ids)

@@ -160,7 +160,12 @@ class CallTrace:
             )
             if request.sampling.HasField("max_tokens"):
                 attributes["gen_ai.request.max_tokens"] = request.sampling.max_tokens
-        if answer is None or not answer.HasField("timings"):  # a stream that ended before its last message
+        if (
+            answer is None
+            or "timings" not in answer.DESCRIPTOR.fields_by_name
+            or not answer.HasField("timings")
+        ):
+            # a stream that ended before its last message, or an answer without timings (Tokenize)
             return attributes
         epoch = self.owner.tracing.epoch_ns
         base = self.admitted - self.wait  # where the response's clock starts

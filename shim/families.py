@@ -5,7 +5,8 @@ callers' tokens, what browsers may send it, a path it shares, and the schemas it
 Shared code asks the registry, never a path of its own:
 
     in_api(path)        is the request the API's (admitted to the in-flight bound, identified, logged)?
-                        Yes under any family's router prefix; the probes and /openapi.json are no family's.
+                        Yes under any family's router prefix, or at a path of a family whose routes sit
+                        at the root (vLLM's /tokenize); the probes and /openapi.json are no family's.
     error_shape(scope)  in whose shape is an error answered? The family of the route that serves the
                         request, or, before routing, the route that will (matched as Starlette's router
                         matches: the first full match, else the first route that differs by method only);
@@ -54,17 +55,15 @@ def shim_shape(error: ShimError) -> JsonResponse:
 
 
 class FamilyRoute(APIRoute):
-    """A family's route that can share its path with another family's: it matches a request only when
-    the request carries every header in `requires` and none in `refuses` (set by Families.attach)."""
-
-    requires: tuple[bytes, ...] = ()
-    refuses: tuple[bytes, ...] = ()
+    """A family's route that can share its path with another family's: it matches a request only when the
+    app's registry admits the request's headers for it (the rules Families.attach set, kept per app: a
+    router's routes are module-level objects that every app created in one process includes)."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         match, child_scope = super().matches(scope)
-        if match is not Match.NONE and (self.requires or self.refuses):
-            names = {name for name, _ in scope["headers"]}
-            if not names.issuperset(self.requires) or not names.isdisjoint(self.refuses):
+        if match is not Match.NONE:
+            families = getattr(getattr(scope.get("app"), "state", None), "families", None)
+            if isinstance(families, Families) and not families.admits(self, scope["headers"]):
                 return Match.NONE, {}
         return match, child_scope
 
@@ -98,7 +97,10 @@ class Families:
     """The families attached to one app, in the order their routes match."""
 
     _members: list[_Member] = field(default_factory=list)
+    # id(route) -> (the headers a request must carry, those it must not) to be that route's.
+    _rules: dict[int, tuple[frozenset[bytes], frozenset[bytes]]] = field(default_factory=dict)
     api_roots: tuple[str, ...] = ()
+    api_paths: frozenset[str] = frozenset()
 
     def attach(
         self,
@@ -112,6 +114,7 @@ class Families:
         token_headers: Sequence[TokenHeader] = DEFAULT_TOKEN_HEADERS,
         cors: CorsHeaders | None = None,
         selected_by: str | None = None,
+        at_root: bool = False,
     ) -> None:
         """Includes `router` in `app` as a family's: its routes answer errors in `error_shape`, and
         `schemas()` (component schemas by name) joins /openapi.json, where every error status its routes
@@ -119,8 +122,13 @@ class Families:
         replaces the JSON-only check of its POST bodies (the v2 family takes the binary tensor extension).
         Its callers show their token in one of `token_headers` (the first present is read); browsers may
         send and read what `cors` names, and its token headers; a path it shares with a family attached
-        before it is its own for the requests that carry the header `selected_by`."""
-        if not router.prefix.strip("/"):
+        before it is its own for the requests that carry the header `selected_by`. A family `at_root` has no
+        prefix: each of its routes' fixed paths is the API's (vLLM's /tokenize and /detokenize)."""
+        if at_root:
+            paths = [getattr(route, "path", "") for route in router.routes]
+            if router.prefix or not paths or any(not p.startswith("/") or "{" in p for p in paths):
+                raise ValueError("a family at the root has no prefix and routes at fixed paths only")
+        elif not router.prefix.strip("/"):
             raise ValueError("an API family's router needs a prefix (such as /v1): its paths are the API")
         if not token_headers:
             raise ValueError("an API family accepts its callers' token in one header at least")
@@ -131,6 +139,9 @@ class Families:
         declared = (tuple(token_headers), cors or CorsHeaders())
         member = _Member(router, error_shape, schemas, schema, media_check, *declared)
         self._members.append(member)
+        if at_root:
+            self.api_paths |= frozenset(getattr(route, "path", "") for route in router.routes)
+            return
         root = router.prefix.rstrip("/") + "/"
         if root not in self.api_roots:
             self.api_roots = (*self.api_roots, root)
@@ -148,12 +159,29 @@ class Families:
                             f"{getattr(route, 'path', route)} is served by two families: both routers need "
                             "route_class=shim.families.FamilyRoute to share it"
                         )
-                    route.requires = (*route.requires, header)
+                    self._add_rule(route, requires=header)
                     route.include_in_schema = False  # OpenAPI has one operation per path and method
-                    earlier.refuses = (*earlier.refuses, header)
+                    self._add_rule(earlier, refuses=header)
+
+    def _add_rule(
+        self, route: BaseRoute, *, requires: bytes | None = None, refuses: bytes | None = None
+    ) -> None:
+        needed, refused = self._rules.get(id(route), (frozenset(), frozenset()))
+        self._rules[id(route)] = (
+            needed | ({requires} if requires else set()),
+            refused | ({refuses} if refuses else set()),
+        )
+
+    def admits(self, route: BaseRoute, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Whether a request with `headers` may be `route`'s (its family's, where the path is shared)."""
+        rules = self._rules.get(id(route))
+        if rules is None:
+            return True
+        names = {name for name, _ in headers}
+        return names.issuperset(rules[0]) and names.isdisjoint(rules[1])
 
     def in_api(self, path: str) -> bool:
-        return path.startswith(self.api_roots)
+        return path.startswith(self.api_roots) or path in self.api_paths
 
     def error_shape(self, scope: Scope) -> ErrorShape:
         """The shape of the family whose route serves (or, before routing, will serve) the request."""

@@ -73,6 +73,7 @@ class Delivery:
         )
         chunk = TokenChunk(text=text, token_ids=[token], logprobs=logprobs)
         if stopped:
+            chunk.stop_sequence = seq.text.stopped_by
             _end(seq, FinishReason.STOP, chunk)
         elif seq.generated >= params.max_tokens or seq.position + 1 > self.context_length:
             chunk.text += seq.text.flush()

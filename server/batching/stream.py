@@ -57,6 +57,6 @@ def merge(chunks: list[TokenChunk], final: TokenChunk | None) -> TokenChunk:
         out.logprobs.extend(chunk.logprobs)
     if final is not None:
         out.finish_reason, out.usage, out.error = final.finish_reason, final.usage, final.error
-        out.tool_calls = final.tool_calls
+        out.tool_calls, out.stop_sequence = final.tool_calls, final.stop_sequence
         out.timings = final.timings
     return out

@@ -19,6 +19,7 @@ class TextAssembler:
         self._matcher = StopMatcher(stop) if stop else None
         self._state = 0
         self._held = ""
+        self.stopped_by = ""  # the stop sequence that completed, once one has
 
     def feed(self, data: bytes, *, may_stop: bool = True) -> tuple[str, bool]:
         """Adds a token's bytes; returns (text safe to emit now, whether a stop sequence completed). A stop
@@ -37,6 +38,7 @@ class TextAssembler:
             if ends[state] and may_stop:
                 text = self._held + new[: index + 1]
                 self._held = ""
+                self.stopped_by = text[len(text) - ends[state] :]
                 return text[: len(text) - ends[state]], True
         self._state = state
         text = self._held + new

@@ -5,6 +5,7 @@ the model's vocabulary (and its size limits) is the scheduler's (server/constrai
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from sluice.inference.v1 import inference_pb2 as pb
 
@@ -37,15 +38,16 @@ def decode_constraint(request: pb.GenerateRequest) -> Constraint | None:
     return constraint
 
 
-def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolChoice]:
-    if len(request.tools) > MAX_TOOLS:
+def decode_tool_list(messages: Sequence[pb.Tool]) -> tuple[Tool, ...]:
+    """The tools of a Generate or a Tokenize request: named as the format allows, schemas JSON, unique."""
+    if len(messages) > MAX_TOOLS:
         raise LimitExceeded(
-            f"{len(request.tools)} tools; at most {MAX_TOOLS} are allowed",
+            f"{len(messages)} tools; at most {MAX_TOOLS} are allowed",
             field="tools",
             metadata={"max_tools": MAX_TOOLS},
         )
     tools = []
-    for index, message in enumerate(request.tools):
+    for index, message in enumerate(messages):
         tool = Tool.from_proto(message)
         if not tool.name or len(tool.name) > MAX_TOOL_NAME or not set(tool.name) <= _NAME_CHARS:
             raise InvalidArgument(
@@ -57,6 +59,12 @@ def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolCho
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise InvalidArgument("tool names must be unique", field="tools")
+    return tuple(tools)
+
+
+def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolChoice]:
+    tools = decode_tool_list(request.tools)
+    names = [t.name for t in tools]
     choice = ToolChoice.from_proto(request.tool_choice, has_tools=bool(tools))
     if choice.mode != "none" and not tools and request.HasField("tool_choice"):
         raise InvalidArgument("tool_choice asks for a tool call but no tools are given", field="tool_choice")
@@ -69,7 +77,7 @@ def decode_tools(request: pb.GenerateRequest) -> tuple[tuple[Tool, ...], ToolCho
         raise InvalidArgument("tools need a chat prompt", field="tools")
     if choice.mode == "required" and request.HasField("constraint"):
         raise InvalidArgument("a constraint cannot be combined with a required tool call", field="constraint")
-    return tuple(tools), choice
+    return tools, choice
 
 
 def _check_parameters(tool: Tool, *, field: str) -> None:

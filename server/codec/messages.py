@@ -89,7 +89,7 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
         raise InvalidArgument("prompt text is empty", field="text")
     if which == "token_ids" and not request.token_ids.ids:
         raise InvalidArgument("token_ids is empty", field="token_ids.ids")
-    chat = _decode_chat(request.chat) if which == "chat" else None
+    chat = decode_chat(request.chat) if which == "chat" else None
     sampling = decode_sampling(request.sampling)
     tools, tool_choice = decode_tools(request)
     return GenerateSpec(
@@ -110,7 +110,8 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
 
 
-def _decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:
+def decode_chat(chat: pb.ChatPrompt) -> tuple[ChatTurn, ...]:
+    """A Generate's (or a Tokenize's) conversation: roles known, each call named."""
     if not chat.messages:
         raise InvalidArgument("chat holds no messages", field="chat.messages")
     turns = []
@@ -152,6 +153,8 @@ def encode_chunk(chunk: TokenChunk) -> pb.GenerateResponse:
         out.usage.total_tokens = chunk.usage.total_tokens
         out.usage.cached_tokens = chunk.usage.cached_tokens
     out.tool_calls.extend(call.to_proto() for call in chunk.tool_calls)
+    if chunk.stop_sequence and chunk.finish_reason is FinishReason.STOP:
+        out.stop_sequence = chunk.stop_sequence
     if chunk.timings is not None:
         t = chunk.timings
         out.timings.queue_wait.FromNanoseconds(int(t.queue_wait_s * 1e9))

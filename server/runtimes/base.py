@@ -82,9 +82,12 @@ class TensorModel(abc.ABC):
 DEFAULT_CHAT_TEMPLATE = "<|{role}|>\n{content}\n"
 
 
+GENERATION_PROMPT = "<|assistant|>\n"
+
+
 def default_chat_text(turns: Sequence[ChatTurn]) -> str:
     rendered = "".join(DEFAULT_CHAT_TEMPLATE.format(role=t.role, content=t.content) for t in turns)
-    return rendered + "<|assistant|>\n"
+    return rendered + GENERATION_PROMPT
 
 
 def synthetic_item(descriptor: ModelDescriptor) -> dict[str, Array]:
@@ -118,6 +121,30 @@ class GenerativeModel(abc.ABC):
         default renders DEFAULT_CHAT_TEMPLATE (tools as a first system turn, server/tools/format.py) and
         ends where the assistant speaks next."""
         return self.encode(default_chat_text(default_turns(turns, tools)))
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Text as the Tokenize RPC gives it; `add_special_tokens` adds the tokenizer's own (a beginning of
+        sequence), of which the default has none."""
+        return self.encode(text)
+
+    def chat_tokens(
+        self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        """A conversation as the Tokenize RPC gives it: chat_prompt's tokens, or (no generation prompt) the
+        turns alone. A runtime with a template of its own that cannot leave the generation prompt out says
+        so rather than count the wrong tokens."""
+        if add_generation_prompt:
+            return self.chat_prompt(turns, tools)
+        if type(self).chat_prompt is not GenerativeModel.chat_prompt:
+            raise InvalidArgument(
+                f"{self.descriptor.name} renders a conversation only up to the generation prompt",
+                field="add_generation_prompt",
+            )
+        return self.encode(default_chat_text(default_turns(turns, tools)).removesuffix(GENERATION_PROMPT))
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """The text of token ids (the Detokenize RPC): their bytes, a partial character shown as U+FFFD."""
+        return b"".join(self.token_bytes(t) for t in token_ids).decode("utf-8", errors="replace")
 
     @abc.abstractmethod
     def token_bytes(self, token_id: int) -> bytes:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from server.domain import ChatTurn, ModelDescriptor, ModelKind, ModelLimits
-from server.runtimes.base import GenerativeModel, default_chat_text
+from server.runtimes.base import GENERATION_PROMPT, GenerativeModel, default_chat_text
 from server.runtimes.gguf_file import read_config
 from server.tools.format import default_tools_turn, default_turns, hf_messages, openai_functions
 from wire.constraint import Tool
@@ -47,12 +47,24 @@ class HfCheckpoint:
             return list(text.encode("utf-8"))
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def chat_prompt(self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = ()) -> list[int]:
+    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        if self.tokenizer is None:
+            return self.encode(text)
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def detokenize(self, token_ids: Sequence[int]) -> str | None:
+        """The tokenizer's decode (special tokens shown); None without a tokenizer (the tokens are bytes)."""
+        return None if self.tokenizer is None else str(self.tokenizer.decode(list(token_ids)))
+
+    def chat_prompt(
+        self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True
+    ) -> list[int]:
         """The tokenizer's own chat template when it has one (Llama, Qwen2, ...), else the default. A
         template that does not read tools gets them as the default's system turn."""
         template = getattr(self.tokenizer, "chat_template", None) if self.tokenizer is not None else None
         if not template:
-            return self.encode(default_chat_text(default_turns(turns, tools)))
+            text = default_chat_text(default_turns(turns, tools))
+            return self.encode(text if add_generation_prompt else text.removesuffix(GENERATION_PROMPT))
         takes_tools = "tools" in str(template)
         if tools and not takes_tools:
             turns = [default_tools_turn(tools), *turns]
@@ -61,7 +73,7 @@ class HfCheckpoint:
             messages,
             tools=openai_functions(tools) if tools and takes_tools else None,
             tokenize=True,
-            add_generation_prompt=True,
+            add_generation_prompt=add_generation_prompt,
         )
         if not isinstance(ids, list):  # a BatchEncoding where the tokenizer is set to return dicts
             ids = ids["input_ids"]
@@ -196,6 +208,18 @@ class HfGenerativeModel(GenerativeModel):
 
     def chat_prompt(self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = ()) -> list[int]:
         return self.checkpoint.chat_prompt(turns, tools)
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return self.checkpoint.tokenize(text, add_special_tokens=add_special_tokens)
+
+    def chat_tokens(
+        self, turns: Sequence[ChatTurn], tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        return self.checkpoint.chat_prompt(turns, tools, add_generation_prompt=add_generation_prompt)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        text = self.checkpoint.detokenize(token_ids)
+        return super().detokenize(token_ids) if text is None else text
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.checkpoint.token_bytes[token_id]

@@ -51,6 +51,7 @@ class Piece:
     error: ErrorBody | None
     timings: pb.GenerateTimings  # the server's, on the last piece
     tool_calls: Sequence[pb.ToolCall] = ()  # on the last piece, when finish_reason is tool_calls
+    stop_sequence: str = ""  # on the last piece: the request's stop sequence that ended it, if one did
 
     @classmethod
     def of(cls, index: int, message: pb.GenerateResponse) -> Piece:
@@ -63,7 +64,8 @@ class Piece:
         if message.HasField("error"):
             error = from_stream_error(message.error.code, message.error.message, message.error.reason)
         text, ids, usage, timings = message.text, message.token_ids, message.usage, message.timings
-        return cls(index, text, ids, message.logprobs, finish, usage, error, timings, message.tool_calls)
+        calls, stop = message.tool_calls, message.stop_sequence
+        return cls(index, text, ids, message.logprobs, finish, usage, error, timings, calls, stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ class Choice:
     error: ErrorBody | None
     timings: pb.GenerateTimings
     tool_calls: Sequence[pb.ToolCall] = ()
+    stop_sequence: str = ""
 
 
 Event = Piece | Failed | Heartbeat
@@ -156,6 +159,7 @@ class Generations:
                     piece.error,
                     piece.timings,
                     piece.tool_calls,
+                    piece.stop_sequence,
                 )
             message = await self.calls[index].read()
         raise upstream_protocol_error(_ENDED_EARLY)

@@ -1,13 +1,14 @@
-"""A bounded fuzz run of the gRPC API (issue 7, acceptance 2): messages built by hypothesis from the .proto
-(valid, nearly valid and nonsense field values), random bytes, and valid messages truncated or with bytes
-flipped, sent to the real server. No call may end INTERNAL or UNKNOWN, and afterwards the server still
-serves and holds nothing."""
+"""A bounded fuzz run of the gRPC API (issue 7, acceptance 2; Tokenize and Detokenize, issue 31): messages
+built by hypothesis from the .proto (valid, nearly valid and nonsense field values), random bytes, and valid
+messages truncated or with bytes flipped, sent to the real server. No call may end INTERNAL or UNKNOWN, and
+afterwards the server still serves and holds nothing."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -182,9 +183,38 @@ def plausible_generate(draw: st.DrawFn) -> pb.GenerateRequest:
     return request
 
 
-def mangled(
-    message: st.SearchStrategy[pb.InferRequest] | st.SearchStrategy[pb.GenerateRequest],
-) -> st.SearchStrategy[bytes]:
+@st.composite
+def tokenize_requests(draw: st.DrawFn) -> pb.TokenizeRequest:
+    """A text or a conversation (roles, calls and tools of any value), either option, any priority."""
+    request = pb.TokenizeRequest(
+        model=draw(st.one_of(st.just("byte-lm"), texts)),
+        add_special_tokens=draw(st.booleans()),
+        priority=draw(st.integers(-2, 6)),
+        request_id=draw(st.text(max_size=20)),
+    )
+    if draw(st.booleans()):
+        request.add_generation_prompt = draw(st.booleans())
+    if draw(st.booleans()):
+        request.text = draw(st.one_of(st.text(max_size=60), st.text(min_size=1100, max_size=1200)))
+    elif draw(st.booleans()):
+        message = request.chat.messages.add(role=draw(texts), content=draw(texts), name=draw(texts))
+        if draw(st.booleans()):
+            message.tool_calls.add(id=draw(texts), name=draw(texts), arguments=draw(json_texts))
+        if draw(st.booleans()):
+            request.tools.add(name=draw(texts), parameters_json=draw(json_texts))
+    return request
+
+
+@st.composite
+def detokenize_requests(draw: st.DrawFn) -> pb.DetokenizeRequest:
+    return pb.DetokenizeRequest(
+        model=draw(st.one_of(st.just("byte-lm"), texts)),
+        token_ids=draw(st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 300), max_size=12)),
+        priority=draw(st.integers(-2, 6)),
+    )
+
+
+def mangled(message: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
     """A valid message cut short, or with one byte changed."""
 
     @st.composite
@@ -207,7 +237,13 @@ calls = st.one_of(
     st.tuples(st.just("Generate"), generate_requests().map(lambda m: m.SerializeToString())),
     st.tuples(st.just("Infer"), mangled(infer_requests())),
     st.tuples(st.just("Generate"), mangled(generate_requests())),
-    st.tuples(st.sampled_from(["Infer", "Generate", "GetModel", "ListModels"]), st.binary(max_size=200)),
+    st.tuples(st.just("Tokenize"), tokenize_requests().map(lambda m: m.SerializeToString())),
+    st.tuples(st.just("Detokenize"), detokenize_requests().map(lambda m: m.SerializeToString())),
+    st.tuples(st.just("Tokenize"), mangled(tokenize_requests())),
+    st.tuples(
+        st.sampled_from(["Infer", "Generate", "GetModel", "ListModels", "Tokenize", "Detokenize"]),
+        st.binary(max_size=200),
+    ),
 )
 
 

@@ -1,8 +1,8 @@
-"""schemathesis against the shim's /openapi.json (issue 9, acceptance 3; issue 34, item 3; issue 31, item 1),
-bounded: generated requests to every route of every family (OpenAI, OpenAI Responses, native, KServe v2, the
-probes), with `model` drawn from the served models so that calls reach the server; no answer is a 5xx, and
-every answer's status, content type and body are the ones the document gives that route (generated clients
-and API gateways read them)."""
+"""schemathesis against the shim's /openapi.json (issue 9, acceptance 3; issue 34, item 3; issue 31, item 1
+and acceptance 2), bounded: generated requests to every route of every family (OpenAI, OpenAI Responses,
+native, KServe v2, Anthropic, tokenize, the probes), with `model` drawn from the served models so that calls
+reach the server; no answer is a 5xx, and every answer's status, content type and body are the ones the
+document gives that route (generated clients and API gateways read them)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def test_generated_requests_get_no_5xx_and_every_answer_is_documented(
         "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/generate",
         "/v1/responses", "/v1/responses/{response_id}",
         "/v2/models/{name}/infer", "/metrics", "/readyz",
+        "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize",
     } <= set(document["paths"])  # fmt: skip
     models = [m["id"] for m in httpx.get(f"{shim.url}/v1/models", timeout=30).json()["data"]]
     schema = tmp_path / "openapi.json"

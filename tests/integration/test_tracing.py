@@ -116,6 +116,29 @@ def test_a_request_without_traceparent_starts_a_trace_at_the_shim(
     assert one(fresh(), CALL, "sluice-server").parent_span_id == edge.span_id
 
 
+def test_anthropics_messages_and_count_tokens_are_traced_as_every_route_is(
+    stack: tuple[ServerProcess, ShimProcess], receiver: OtlpReceiver
+) -> None:
+    """Issue 31, item 4: the new families' routes through the same tracing: the shim's span by route
+    template, the server's call span (Generate, Tokenize) its child."""
+    _, shim = stack
+    hello = {"model": "byte-lm", "messages": [{"role": "user", "content": "hi"}]}
+    for path, body, method in [
+        ("/v1/messages", {**hello, "max_tokens": 3, "stream": True}, "Generate"),
+        ("/v1/messages/count_tokens", hello, "Tokenize"),
+    ]:
+        trace_id, _, header = traceparent()
+        answer = httpx.post(f"{shim.url}{path}", json=body, headers={"traceparent": header}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        call_name = f"sluice.inference.v1.InferenceService/{method}"
+        wanted = {f"POST {path}", call_name}
+        wait_until(lambda: wanted <= {s.name for s in receiver.spans(trace_id)}, what=f"{path}'s spans")  # noqa: B023
+        edge = one(receiver.spans(trace_id), f"POST {path}", "sluice-shim")
+        assert edge.attributes["http.route"] == path and edge.attributes["http.response.status_code"] == 200
+        call = one(receiver.spans(trace_id), call_name, "sluice-server")
+        assert call.parent_span_id == edge.span_id and call.attributes["rpc.response.status_code"] == "OK"
+
+
 def test_a_refused_call_has_an_admission_span_naming_the_refusal(
     stack: tuple[ServerProcess, ShimProcess], receiver: OtlpReceiver
 ) -> None:

@@ -97,3 +97,20 @@ def test_a_stop_completed_before_min_tokens_is_ordinary_text() -> None:
     assert assembler.feed(b"b", may_stop=False) == ("ab", False)
     assert assembler.feed(b"a") == ("", False)
     assert assembler.feed(b"b") == ("", True)
+
+
+def test_the_assembler_names_the_stop_sequence_that_completed() -> None:
+    for data, stops, named in [
+        (b"x <end> y </s>", ("</s>", "<end>"), "<end>"),
+        (b"xxabcd", ("abcd", "bc"), "bc"),
+        (b"abcabd", ("abcabe", "cab"), "cab"),
+        ("café STOP".encode(), ("STOP", "é S"), "é S"),
+    ]:
+        assembler = TextAssembler(stops)
+        assert not assembler.stopped_by
+        stopped = False
+        for byte in data:
+            stopped = assembler.feed(bytes([byte]))[1]
+            if stopped:
+                break
+        assert stopped and assembler.stopped_by == named, data

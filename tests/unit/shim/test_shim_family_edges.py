@@ -15,6 +15,7 @@ from sluice.inference.v1 import inference_pb2 as pb
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+import shim.anthropic
 import shim.app
 from shim.admission.auth import BEARER, TokenHeader, check, needs
 from shim.cors import CorsHeaders
@@ -81,7 +82,9 @@ class StubFamily:
 
 @pytest.fixture
 def with_stub_family(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shim.app, "FAMILIES", (*shim.app.FAMILIES, StubFamily))
+    # In place of the real Anthropic family (shim/anthropic), whose paths and selector it takes.
+    families = tuple(family for family in shim.app.FAMILIES if family is not shim.anthropic)
+    monkeypatch.setattr(shim.app, "FAMILIES", (*families, StubFamily))
 
 
 @pytest.fixture

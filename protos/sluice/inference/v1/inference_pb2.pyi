@@ -1092,11 +1092,16 @@ class GenerateResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    STOP_SEQUENCE_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """New text since the previous message; never splits a UTF-8 character."""
     finish_reason: Global___FinishReason.ValueType
     """Why the generation ended; unspecified on every message but the last."""
+    stop_sequence: _builtins.str
+    """The stop sequence (one of the request's sampling.stop) that ended the generation, on the last message,
+    when finish_reason is STOP; empty where the end-of-sequence token or a stop token ended it.
+    """
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The token ids generated since the previous message."""
@@ -1131,11 +1136,12 @@ class GenerateResponse(_message.Message):
         error: Global___ErrorStatus | None = ...,
         logprobs: _abc.Iterable[Global___TokenLogprob] | None = ...,
         tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
+        stop_sequence: _builtins.str = ...,
         timings: Global___GenerateTimings | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "text", b"text", "timings", b"timings", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finish_reason", b"finish_reason", "logprobs", b"logprobs", "stop_sequence", b"stop_sequence", "text", b"text", "timings", b"timings", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1465,3 +1471,170 @@ class GetModelResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetModelResponse: _TypeAlias = GetModelResponse  # noqa: Y015
+
+@_typing.final
+class TokenizeRequest(_message.Message):
+    """TokenizeRequest asks for the token ids of a prompt under one generative model's tokenizer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    CHAT_FIELD_NUMBER: _builtins.int
+    ADD_SPECIAL_TOKENS_FIELD_NUMBER: _builtins.int
+    ADD_GENERATION_PROMPT_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model name, as returned by ListModels."""
+    text: _builtins.str
+    """The prompt as UTF-8 text."""
+    add_special_tokens: _builtins.bool
+    """For text: whether the tokenizer adds its special tokens (a beginning-of-sequence token, where it has
+    one), as Hugging Face's encode does; a Generate text prompt is encoded without them.
+    """
+    add_generation_prompt: _builtins.bool
+    """For chat: whether the prompt ends where the assistant speaks next, as Generate's does; unset means true."""
+    priority: Global___Priority.ValueType
+    """The priority of this request among waiting requests."""
+    request_id: _builtins.str
+    """An optional caller-chosen identifier, echoed in the response and in logs."""
+    @_builtins.property
+    def chat(self) -> Global___ChatPrompt:
+        """The prompt as a conversation, rendered by the model's chat template."""
+
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]:
+        """For chat: the functions the chat template shows the model, as in GenerateRequest."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        text: _builtins.str = ...,
+        chat: Global___ChatPrompt | None = ...,
+        add_special_tokens: _builtins.bool = ...,
+        add_generation_prompt: _builtins.bool | None = ...,
+        tools: _abc.Iterable[Global___Tool] | None = ...,
+        priority: Global___Priority.ValueType = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_add_generation_prompt", b"_add_generation_prompt", "add_generation_prompt", b"add_generation_prompt", "chat", b"chat", "prompt", b"prompt", "text", b"text"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_add_generation_prompt", b"_add_generation_prompt", "add_generation_prompt", b"add_generation_prompt", "add_special_tokens", b"add_special_tokens", "chat", b"chat", "model", b"model", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "text", b"text", "tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__add_generation_prompt: _TypeAlias = _typing.Literal["add_generation_prompt"]  # noqa: Y015
+    _WhichOneofArgType__add_generation_prompt: _TypeAlias = _typing.Literal["_add_generation_prompt", b"_add_generation_prompt"]  # noqa: Y015
+    _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["text", "chat"]  # noqa: Y015
+    _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__add_generation_prompt) -> _WhichOneofReturnType__add_generation_prompt | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_prompt) -> _WhichOneofReturnType_prompt | None: ...
+
+Global___TokenizeRequest: _TypeAlias = TokenizeRequest  # noqa: Y015
+
+@_typing.final
+class TokenizeResponse(_message.Message):
+    """TokenizeResponse carries the token ids of a prompt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    CONTEXT_LENGTH_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model whose tokenizer was used."""
+    context_length: _builtins.int
+    """The most tokens, prompt and generated, a sequence of this model may hold (vLLM's max_model_len)."""
+    request_id: _builtins.str
+    """The request_id from the request, or the one the server gave the call."""
+    @_builtins.property
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The token ids, in order."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        context_length: _builtins.int = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_length", b"context_length", "model", b"model", "request_id", b"request_id", "token_ids", b"token_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenizeResponse: _TypeAlias = TokenizeResponse  # noqa: Y015
+
+@_typing.final
+class DetokenizeRequest(_message.Message):
+    """DetokenizeRequest asks for the text of token ids under one generative model's tokenizer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model name, as returned by ListModels."""
+    priority: Global___Priority.ValueType
+    """The priority of this request among waiting requests."""
+    request_id: _builtins.str
+    """An optional caller-chosen identifier, echoed in the response and in logs."""
+    @_builtins.property
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The token ids, each within the model's vocabulary."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        priority: Global___Priority.ValueType = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "priority", b"priority", "request_id", b"request_id", "token_ids", b"token_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetokenizeRequest: _TypeAlias = DetokenizeRequest  # noqa: Y015
+
+@_typing.final
+class DetokenizeResponse(_message.Message):
+    """DetokenizeResponse carries the text of token ids."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model whose tokenizer was used."""
+    text: _builtins.str
+    """The text the tokens stand for, special tokens included; a token that holds part of a character
+    shows U+FFFD.
+    """
+    request_id: _builtins.str
+    """The request_id from the request, or the one the server gave the call."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        text: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "request_id", b"request_id", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetokenizeResponse: _TypeAlias = DetokenizeResponse  # noqa: Y015

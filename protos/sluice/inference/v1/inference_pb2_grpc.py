@@ -55,6 +55,16 @@ class InferenceServiceStub:
                 request_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.GetModelRequest.SerializeToString,
                 response_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.GetModelResponse.FromString,
                 _registered_method=True)
+        self.Tokenize = channel.unary_unary(
+                '/sluice.inference.v1.InferenceService/Tokenize',
+                request_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.TokenizeResponse.FromString,
+                _registered_method=True)
+        self.Detokenize = channel.unary_unary(
+                '/sluice.inference.v1.InferenceService/Detokenize',
+                request_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -89,6 +99,21 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Tokenize(self, request, context):
+        """Tokenize returns the token ids of a prompt (text, or a conversation rendered by the model's chat
+        template as Generate renders it) under a generative model's tokenizer; admitted as Generate is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Detokenize(self, request, context):
+        """Detokenize returns the text of token ids under a generative model's tokenizer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +136,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.GetModel,
                     request_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.GetModelRequest.FromString,
                     response_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.GetModelResponse.SerializeToString,
+            ),
+            'Tokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Tokenize,
+                    request_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.TokenizeRequest.FromString,
+                    response_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.TokenizeResponse.SerializeToString,
+            ),
+            'Detokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Detokenize,
+                    request_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeRequest.FromString,
+                    response_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +257,60 @@ class InferenceService:
             '/sluice.inference.v1.InferenceService/GetModel',
             sluice_dot_inference_dot_v1_dot_inference__pb2.GetModelRequest.SerializeToString,
             sluice_dot_inference_dot_v1_dot_inference__pb2.GetModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.inference.v1.InferenceService/Tokenize',
+            sluice_dot_inference_dot_v1_dot_inference__pb2.TokenizeRequest.SerializeToString,
+            sluice_dot_inference_dot_v1_dot_inference__pb2.TokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Detokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.inference.v1.InferenceService/Detokenize',
+            sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeRequest.SerializeToString,
+            sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,12 @@ class InferenceServiceStub:
     """ListModels returns every model this server has loaded."""
     GetModel: _grpc.UnaryUnaryMultiCallable[_inference_pb2.GetModelRequest, _inference_pb2.GetModelResponse]
     """GetModel returns the metadata of one model."""
+    Tokenize: _grpc.UnaryUnaryMultiCallable[_inference_pb2.TokenizeRequest, _inference_pb2.TokenizeResponse]
+    """Tokenize returns the token ids of a prompt (text, or a conversation rendered by the model's chat
+    template as Generate renders it) under a generative model's tokenizer; admitted as Generate is.
+    """
+    Detokenize: _grpc.UnaryUnaryMultiCallable[_inference_pb2.DetokenizeRequest, _inference_pb2.DetokenizeResponse]
+    """Detokenize returns the text of token ids under a generative model's tokenizer."""
 
 @_typing.type_check_only
 class InferenceServiceAsyncStub(InferenceServiceStub):
@@ -55,6 +61,12 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
     """ListModels returns every model this server has loaded."""
     GetModel: _aio.UnaryUnaryMultiCallable[_inference_pb2.GetModelRequest, _inference_pb2.GetModelResponse]  # type: ignore[assignment]
     """GetModel returns the metadata of one model."""
+    Tokenize: _aio.UnaryUnaryMultiCallable[_inference_pb2.TokenizeRequest, _inference_pb2.TokenizeResponse]  # type: ignore[assignment]
+    """Tokenize returns the token ids of a prompt (text, or a conversation rendered by the model's chat
+    template as Generate renders it) under a generative model's tokenizer; admitted as Generate is.
+    """
+    Detokenize: _aio.UnaryUnaryMultiCallable[_inference_pb2.DetokenizeRequest, _inference_pb2.DetokenizeResponse]  # type: ignore[assignment]
+    """Detokenize returns the text of token ids under a generative model's tokenizer."""
 
 class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
     """InferenceService runs PyTorch models: batched tensor inference and streamed token generation."""
@@ -90,5 +102,23 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_inference_pb2.GetModelResponse, _abc.Awaitable[_inference_pb2.GetModelResponse]]:
         """GetModel returns the metadata of one model."""
+
+    @_abc_1.abstractmethod
+    def Tokenize(
+        self,
+        request: _inference_pb2.TokenizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inference_pb2.TokenizeResponse, _abc.Awaitable[_inference_pb2.TokenizeResponse]]:
+        """Tokenize returns the token ids of a prompt (text, or a conversation rendered by the model's chat
+        template as Generate renders it) under a generative model's tokenizer; admitted as Generate is.
+        """
+
+    @_abc_1.abstractmethod
+    def Detokenize(
+        self,
+        request: _inference_pb2.DetokenizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inference_pb2.DetokenizeResponse, _abc.Awaitable[_inference_pb2.DetokenizeResponse]]:
+        """Detokenize returns the text of token ids under a generative model's tokenizer."""
 
 def add_InferenceServiceServicer_to_server(servicer: InferenceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
