@@ -22,7 +22,7 @@ DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 FIGURE = re.compile(
     r"\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:ms|us|µs|tokens/s|calls/s|req/s|x\b|%)|\[\d[\d.,]*-\d[\d.,]*\]"
 )
-COMMAND = re.compile(r"\bbench\.([a-z_]+)((?:\s+--[a-z-]+(?:\s+[\w.,=-]+)?)*)")
+COMMAND = re.compile(r"\bbench\.([a-z_][a-z_0-9]*)((?:\s+--[a-z-]+(?:\s+[\w.,=-]+)?)*)")
 
 
 def sections(path: Path) -> list[tuple[str, list[str]]]:
