@@ -220,4 +220,6 @@ def model_info_from_proto(info: pb.ModelInfo) -> ModelInfo:
         max_tokens=info.limits.max_tokens,
         max_concurrent_sequences=info.limits.max_concurrent_sequences,
         device=info.device,
+        dtype=info.dtype,
+        quantization=info.quantization,
     )

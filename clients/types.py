@@ -133,3 +133,5 @@ class ModelInfo:
     max_tokens: int = 0
     max_concurrent_sequences: int = 0
     device: str = ""
+    dtype: str = ""  # the weights' dtype, where the model says
+    quantization: str = ""  # weight-only: none, int8 or int4 (empty from a server before issue 30)

@@ -79,6 +79,8 @@ class ModelDescriptor:
     device: str
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
+    dtype: str = ""  # the weights' dtype where the model has one (float32, bfloat16)
+    quantization: str = "none"  # weight-only: none, int8 or int4 (docs/quantization.md)
 
 
 @dataclass(frozen=True, slots=True)

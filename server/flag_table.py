@@ -55,6 +55,11 @@ class ServeFlags(PolicySettings):
         help="weights and KV cache of Hugging Face generative models: auto, float32, bfloat16 or float16",
         shown="auto: bfloat16 on CUDA, float32 on CPU",
     )
+    quantization: str = setting(
+        "none",
+        help="weight-only quantization of generative models' linear layers: none, int8 (per channel) or int4 "
+        "(groups of 32); GGUF Q4_0/Q4_1 and Q8_0 weights stay quantized (docs/quantization.md)",
+    )
     torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
     model_options: tuple[str, ...] = setting(
         (),

@@ -189,6 +189,8 @@ def encode_model(descriptor: ModelDescriptor) -> pb.ModelInfo:
             max_concurrent_sequences=limits.max_concurrent_sequences,
         ),
         device=descriptor.device,
+        dtype=descriptor.dtype,
+        quantization=descriptor.quantization,
     )
 
 

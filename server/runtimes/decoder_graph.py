@@ -16,9 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: Each layer's weights, in this order; absent biases are zeros, so that every layer has the same shape.
+from server.runtimes.quantized import linear
+
+#: Each layer's weights, in this order; absent biases are zeros, so that every layer has the same shape. A
+#: projection's scales are empty where it is dense, else it is packed (quantized.py's `linear`).
 LAYER_WEIGHTS = ("attn_norm", "qkv", "qkv_bias", "out", "out_bias", "mlp_norm", "gate_up", "gate_up_bias",
-                 "down", "down_bias")  # fmt: skip
+                 "down", "down_bias",
+                 "qkv_scales", "out_scales", "gate_up_scales", "down_scales")  # fmt: skip
 
 
 def _attention(
@@ -155,7 +159,7 @@ class LayerStack(torch.nn.Module):
         for index in range(len(weights)):
             w = weights[index]  # as LAYER_WEIGHTS (TorchScript takes no module constants)
             h = F.rms_norm(x, [width], w[0], eps)
-            qkv = F.linear(h, w[1], w[2])
+            qkv = linear(h, w[1], w[10], w[2])
             qk = qkv[:, :qk_width].view(total, heads + kv, dim)
             qk = (
                 qk * cos + torch.cat([-qk[:, :, half:], qk[:, :, :half]], dim=-1) * sin
@@ -165,10 +169,10 @@ class LayerStack(torch.nn.Module):
                 qk[:, :heads], qk[:, heads:], values, k_cache[index], v_cache[index], flat_token, kv, dim,
                 chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
             )  # fmt: skip
-            x = x + F.linear(out, w[3], w[4])
+            x = x + linear(out, w[3], w[11], w[4])
             h = F.rms_norm(x, [width], w[5], eps)
-            gate, up = F.linear(h, w[6], w[7]).chunk(2, dim=-1)
-            x = x + F.linear(self._gate(gate) * up, w[8], w[9])
+            gate, up = linear(h, w[6], w[12], w[7]).chunk(2, dim=-1)
+            x = x + linear(self._gate(gate) * up, w[8], w[13], w[9])
         return x
 
 

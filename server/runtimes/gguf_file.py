@@ -6,6 +6,7 @@ decoder reads. The config, tokenizer and chat template come from the same file t
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -143,17 +144,21 @@ def read_config(path: Path) -> Any:
 
 
 def load_weights(
-    path: Path, config: Any, *, dtype: torch.dtype, device: torch.device
-) -> dict[str, torch.Tensor]:
-    """Every tensor dequantized to `dtype` under its Hugging Face name. The file is mapped, not read: each
-    tensor is dequantized from its bytes in place and converted at once, so peak memory is one tensor in
-    float32 beside the result."""
+    path: Path, config: Any, *, dtype: torch.dtype, device: torch.device, quantization: str = "none"
+) -> dict[str, Any]:
+    """Every tensor under its Hugging Face name: as quantized.Quantized where its type maps onto
+    `quantization` (gguf_quant.py), else dequantized to `dtype`. The file is mapped, not read: each tensor is
+    converted from its bytes in place, so peak memory is one tensor in float32 beside the result."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
     from gguf.quants import quant_shape_to_byte_shape as byte_shape
 
+    from server.runtimes.gguf_quant import from_blocks, kept_form, log_conversions
+
     header = check_gguf(path)
-    weights: dict[str, torch.Tensor] = {}
+    weights: dict[str, Any] = {}
+    kept: Counter[str] = Counter()
+    dense: Counter[str] = Counter()
     data = np.memmap(path, dtype=np.uint8, mode="r")  # unmapped when the last view of it goes
     for tensor in header.tensors:
         name = _hf_name(tensor.name)
@@ -163,11 +168,23 @@ def load_weights(
         shape = byte_shape(tensor.shape, kind)
         start = header.data_offset + tensor.offset
         raw = data[start : start + int(np.prod(shape))].reshape(shape)
-        values = dequantize(raw, kind).reshape(tensor.shape)
+        heads = None
         if header.architecture == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = config.num_attention_heads if "q_proj" in name else config.num_key_value_heads
-            values = _unpermute(values, int(heads))
+            heads = int(config.num_attention_heads if "q_proj" in name else config.num_key_value_heads)
+        if kept_form(kind.name, tensor.shape, quantization):
+            kept[kind.name] += 1
+            quantized = from_blocks(raw, kind.name, tensor.shape)
+            if heads is not None:
+                order = _unpermute(np.arange(tensor.shape[0]), heads)
+                quantized = quantized.rows(torch.from_numpy(order.copy()))
+            weights[name] = quantized
+            continue
+        dense[kind.name] += 1
+        values = dequantize(raw, kind).reshape(tensor.shape)
+        if heads is not None:
+            values = _unpermute(values, heads)
         weights[name] = torch.from_numpy(np.array(values, dtype=np.float32)).to(device=device, dtype=dtype)
+    log_conversions(path.name, kept, dense, quantization)
     return weights
 
 

@@ -32,10 +32,12 @@ def load_hf_causal(
     device: torch.device,
     dtype: torch.dtype,
     engine: str = "auto",
+    quantization: str = "none",
 ) -> GenerativeModel:
     """The native decoder where its table of architectures (architectures.py) runs the checkpoint, else the
     generic path; `engine` (native, generic) insists on one. `path` may name a GGUF file (or a directory
-    holding one), which only the native decoder serves."""
+    holding one), which only the native decoder serves. `quantization` (none, int8, int4) packs the linear
+    layers' weights (quantized.py)."""
     from server.runtimes.gguf_file import gguf_file
     from server.runtimes.hf_native import LlamaFamilyLm
     from server.runtimes.llama import unsupported
@@ -48,15 +50,23 @@ def load_hf_causal(
         raise ValueError(f"invalid setting hf_models: {name}={path} cannot be served natively: {reason}")
     if reason is None:
         read = time.perf_counter()
-        model = LlamaFamilyLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
+        model = LlamaFamilyLm(
+            checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype,
+            quantization=quantization,
+        )  # fmt: skip
         done = time.perf_counter()
         log.info(
-            "%s loaded from %s in %.1f s (config and tokenizer %.1f s, weights to %s %.1f s)",
+            "%s loaded from %s in %.1f s (config and tokenizer %.1f s, weights to %s %.1f s); weights "
+            "%.1f MiB resident, quantization %s",
             *(name, path, done - started, read - started, dtype, done - read),
+            *(model.decoder.weights_bytes() / 2**20, quantization),
         )
         return model
     log.info("%s runs on the generic Hugging Face path: %s", name, reason)
-    return HfCausalLm(checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype)
+    return HfCausalLm(
+        checkpoint, name=name, max_sequences=max_sequences, device=device, dtype=dtype,
+        quantization=quantization,
+    )  # fmt: skip
 
 
 class HfCausalLm(HfGenerativeModel):
@@ -68,14 +78,21 @@ class HfCausalLm(HfGenerativeModel):
         max_sequences: int,
         device: torch.device,
         dtype: torch.dtype,
+        quantization: str = "none",
     ) -> None:
         from transformers import AutoModelForCausalLM
 
+        from server.runtimes.hf_quantized import quantize_linears
+
         engine = "generic transformers path"
-        super().__init__(checkpoint, name=name, max_sequences=max_sequences, device=device, engine=engine)
+        super().__init__(
+            checkpoint, name=name, max_sequences=max_sequences, device=device, engine=engine,
+            dtype=dtype, quantization=quantization,
+        )  # fmt: skip
         self.dtype = dtype
         loaded: Any = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=dtype)
         self.model: Any = loaded.to(device).eval()
+        quantize_linears(self.model, quantization, dtype, device)
         config: Any = self.model.config
         layers = int(config.num_hidden_layers)
         kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)

@@ -80,13 +80,21 @@ class HfCheckpoint:
         return [int(token) for token in ids]
 
     def descriptor(
-        self, name: str, *, max_sequences: int, device: torch.device, engine: str
+        self,
+        name: str,
+        *,
+        max_sequences: int,
+        device: torch.device,
+        engine: str,
+        dtype: str,
+        quantization: str,
     ) -> ModelDescriptor:
+        weights = f"torch.{dtype}" + ("" if quantization == "none" else f", {quantization} weights")
         return ModelDescriptor(
             name=name,
             version=str(getattr(self.config, "_name_or_path", "") or self.path.name),
             kind=ModelKind.GENERATIVE,
-            description=f"Hugging Face {self.config.model_type} from {self.path} ({engine})",
+            description=f"Hugging Face {self.config.model_type} from {self.path} ({engine}, {weights})",
             limits=ModelLimits(
                 max_batch_size=max_sequences,
                 context_length=self.context_length,
@@ -94,6 +102,8 @@ class HfCheckpoint:
                 max_concurrent_sequences=max_sequences,
             ),
             device=str(device),
+            dtype=dtype,
+            quantization=quantization,
         )
 
 
@@ -172,7 +182,15 @@ class HfGenerativeModel(GenerativeModel):
     """What both Hugging Face runtimes take from their checkpoint: the text side and the description."""
 
     def __init__(
-        self, checkpoint: HfCheckpoint, *, name: str, max_sequences: int, device: torch.device, engine: str
+        self,
+        checkpoint: HfCheckpoint,
+        *,
+        name: str,
+        max_sequences: int,
+        device: torch.device,
+        engine: str,
+        dtype: torch.dtype,
+        quantization: str,
     ) -> None:
         self.checkpoint = checkpoint
         self.device = device
@@ -181,8 +199,9 @@ class HfGenerativeModel(GenerativeModel):
         self.strips_leading_space = checkpoint.strips_leading_space
         self.context_length = checkpoint.context_length
         self.descriptor = checkpoint.descriptor(
-            name, max_sequences=max_sequences, device=device, engine=engine
-        )
+            name, max_sequences=max_sequences, device=device, engine=engine,
+            dtype=str(dtype).removeprefix("torch."), quantization=quantization,
+        )  # fmt: skip
 
     def encode(self, text: str) -> list[int]:
         return self.checkpoint.encode(text)

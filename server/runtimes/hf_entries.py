@@ -33,6 +33,9 @@ class HfOptions:
         "generic: transformers' own forward; auto: native where it can",
     )
     gguf: str = setting("", help="the GGUF file to serve, where the entry's directory holds several")
+    quantization: Literal["auto", "none", "int8", "int4"] = setting(
+        "auto", help="this model's weight-only quantization (auto: the server's --quantization)"
+    )
 
     def __post_init__(self) -> None:
         if self.gguf and (os.sep in self.gguf or not self.gguf.endswith(".gguf")):
@@ -97,9 +100,15 @@ def hf_factory(name: str, path: Path) -> Callable[[Any, ModelContext], Generativ
             device=context.device,
             dtype=model_dtype(context.dtype if options.dtype == "auto" else options.dtype, context.device),
             engine=options.engine,
+            quantization=model_quantization(options.quantization, context),
         )
 
     return build
+
+
+def model_quantization(setting: str, context: ModelContext) -> str:
+    """NAME.quantization: auto is the server's --quantization."""
+    return context.quantization if setting == "auto" else setting
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

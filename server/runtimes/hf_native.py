@@ -23,11 +23,16 @@ class LlamaFamilyLm(HfGenerativeModel):
         max_sequences: int,
         device: torch.device,
         dtype: torch.dtype,
+        quantization: str = "none",
     ) -> None:
-        engine = f"native decoder, {dtype}"
-        super().__init__(checkpoint, name=name, max_sequences=max_sequences, device=device, engine=engine)
+        super().__init__(
+            checkpoint, name=name, max_sequences=max_sequences, device=device, engine="native decoder",
+            dtype=dtype, quantization=quantization,
+        )  # fmt: skip
         self._no_rows = torch.empty(0, dtype=torch.long, device=device)
-        self.decoder = LlamaDecoder(checkpoint.path, checkpoint.config, dtype=dtype, device=device)
+        self.decoder = LlamaDecoder(
+            checkpoint.path, checkpoint.config, dtype=dtype, device=device, quantization=quantization
+        )
         self.kv = self.decoder.kv
 
     def allocate_cache(self, tokens: int) -> int:

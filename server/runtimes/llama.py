@@ -21,6 +21,7 @@ from server.kv.tensors import KvTensors
 from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
 from server.runtimes.decoder_graph import compiled
+from server.runtimes.quantized import Quantized, RowTable, fuse, linear, nbytes, prepare
 from server.runtimes.step_attention import Heads, StepAttention
 
 
@@ -44,8 +45,10 @@ def _architecture(config: Any) -> Architecture:
 class LlamaDecoder:
     """Weights, rotary tables and the KV arena [layers, kv_heads, tokens, head_dim] of one model."""
 
-    def __init__(self, path: Path, config: Any, *, dtype: torch.dtype, device: torch.device) -> None:
-        self.device, self.dtype = device, dtype
+    def __init__(
+        self, path: Path, config: Any, *, dtype: torch.dtype, device: torch.device, quantization: str = "none"
+    ) -> None:
+        self.device, self.dtype, self.quantization = device, dtype, quantization
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
@@ -53,23 +56,36 @@ class LlamaDecoder:
         architecture = _architecture(config)
         self.activation = architecture.activation_of(config) or "silu"
         self.geometry = Heads(self.heads, self.kv_heads, self.head_dim, architecture.window_of(config))
-        weights = _load(path, config, dtype=dtype, device=device)
+        weights = _load(path, config, dtype=dtype, device=device, quantization=quantization)
         prefix = "model." if "model.embed_tokens.weight" in weights else ""
-        self.embed = weights[f"{prefix}embed_tokens.weight"]
-        self.lm_head = weights.get("lm_head.weight", self.embed)  # absent where embeddings are tied
+        embed = weights[f"{prefix}embed_tokens.weight"]
+        # Quantized, the embedding is looked up by row and the output projection packed for the matmul, in
+        # int8 under int4 too, as llama.cpp's Q4 files keep it in Q8_0 (SmolLM2's int4 perplexity: +9.5%
+        # with an int4 lm_head); where they are tied (absent lm_head) one int8 tensor serves both.
+        rows = embed if quantization == "none" else _rows(embed)
+        head = weights.get("lm_head.weight", rows)
+        self.embed = RowTable(rows, dtype, device)
+        self.lm_head = prepare(head, "none" if quantization == "none" else "int8", dtype, device)
         # Gemma's scale is cast to the model's dtype before it multiplies, as its own forward does.
         scale = torch.tensor(float(config.hidden_size) ** 0.5, dtype=dtype)
         self.embedding_scale = scale.to(device) if architecture.embedding_scale else None
         self.norm = _norm(weights[f"{prefix}norm.weight"], architecture)
         # Per layer, in decoder_graph.LAYER_WEIGHTS order: one list the scripted stack walks.
         self.weights = [
-            _layer(weights, f"{prefix}layers.{i}.", architecture)
+            _layer(weights, f"{prefix}layers.{i}.", architecture, quantization, dtype, device)
             for i in range(int(config.num_hidden_layers))
         ]
         self._inv_freq, self._rope_scale = _rope(config)
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
         self._cos = self._sin = torch.empty(0, device=device)
+
+    def weights_bytes(self) -> int:
+        """The resident bytes of the weights (packed ones as packed), for the start-up log and the bench."""
+        table = self.embed.dense if self.embed.table is None else self.embed.table.values
+        shared = table is not None and self.lm_head[0].data_ptr() == table.data_ptr()
+        head = 0 if shared else nbytes(self.lm_head)
+        return self.embed.nbytes() + head + sum(nbytes(layer) for layer in self.weights) + nbytes([self.norm])
 
     def allocate(self, tokens: int, context_length: int) -> int:
         """The arena of `tokens` tokens, and rotary tables for positions up to `context_length`."""
@@ -119,7 +135,7 @@ class LlamaDecoder:
         )  # fmt: skip
         last = attention.last_rows()
         h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)
-        logits: torch.Tensor = F.linear(h, self.lm_head)
+        logits: torch.Tensor = linear(h, self.lm_head[0], self.lm_head[1], None)
         return logits
 
 
@@ -146,35 +162,59 @@ def _norm(weight: torch.Tensor, architecture: Architecture) -> torch.Tensor:
     return weight + architecture.norm_offset if architecture.norm_offset else weight
 
 
-def _layer(weights: dict[str, torch.Tensor], prefix: str, architecture: Architecture) -> list[torch.Tensor]:
-    def fused(names: tuple[str, ...], suffix: str) -> torch.Tensor | None:
-        parts = [weights.get(f"{prefix}{name}.{suffix}") for name in names]
+def _rows(embed: torch.Tensor | Quantized) -> torch.Tensor | Quantized:
+    """The embedding table to look rows up in: a quantized one as it is, a dense one as int8 per row."""
+    from server.runtimes.quantized import quantize
+
+    return embed if isinstance(embed, Quantized) else quantize(embed, "int8")
+
+
+def _layer(
+    weights: dict[str, Any],
+    prefix: str,
+    architecture: Architecture,
+    quantization: str,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    def fused(names: tuple[str, ...], suffix: str) -> Any:
+        parts = [weights.pop(f"{prefix}{name}.{suffix}", None) for name in names]
         if any(p is None for p in parts):
             return None
-        return torch.cat([p for p in parts if p is not None]).contiguous()
+        return fuse([p for p in parts if p is not None])
 
     attn, mlp = architecture.attention, architecture.mlp
     qkv, gate_up = fused(attn, "weight"), fused(mlp, "weight")
     out_name, down_name = f"{prefix}{architecture.attention_out}", f"{prefix}{architecture.mlp_out}"
-    out, down = weights.get(f"{out_name}.weight"), weights.get(f"{down_name}.weight")
+    out, down = weights.pop(f"{out_name}.weight", None), weights.pop(f"{down_name}.weight", None)
     attn_norm, mlp_norm = (f"{prefix}{norm}.weight" for norm in architecture.norms)
     if qkv is None or gate_up is None or out is None or down is None:
         raise ValueError(f"the checkpoint lacks the attention or MLP weights of {prefix.rstrip('.')}")
 
-    def bias(found: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
-        return found if found is not None else weight.new_zeros(weight.shape[0])
+    def bias(found: torch.Tensor | None, weight: Any) -> torch.Tensor:
+        found = found if found is not None else torch.zeros(weight.shape[0])
+        return found.to(device=device, dtype=dtype)
 
+    # Each projection is packed here, once its dense form (if any) is no longer held: peak memory stays one
+    # layer's dense weights above the packed model.
+    (qkv, qkv_scales), (out_w, out_scales), (gate_up_w, gate_up_scales), (down_w, down_scales) = (
+        prepare(weight, quantization, dtype, device) for weight in (qkv, out, gate_up, down)
+    )
     return [
         _norm(weights[attn_norm], architecture),
         qkv,
         bias(fused(attn, "bias"), qkv),
-        out,
-        bias(weights.get(f"{out_name}.bias"), out),
+        out_w,
+        bias(weights.get(f"{out_name}.bias"), out_w),
         _norm(weights[mlp_norm], architecture),
-        gate_up,
-        bias(fused(mlp, "bias"), gate_up),
-        down,
-        bias(weights.get(f"{down_name}.bias"), down),
+        gate_up_w,
+        bias(fused(mlp, "bias"), gate_up_w),
+        down_w,
+        bias(weights.get(f"{down_name}.bias"), down_w),
+        qkv_scales,
+        out_scales,
+        gate_up_scales,
+        down_scales,
     ]
 
 
@@ -189,13 +229,16 @@ def _weight_files(path: Path) -> list[Path]:
     return [single] if single.is_file() else []
 
 
-def _load(path: Path, config: Any, *, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+def _load(
+    path: Path, config: Any, *, dtype: torch.dtype, device: torch.device, quantization: str
+) -> dict[str, Any]:
+    """Dense tensors by name; from a GGUF file, Quantized ones where its type maps onto `quantization`."""
     from safetensors.torch import load_file
 
     if path.suffix == ".gguf":
         from server.runtimes.gguf_file import load_weights
 
-        return load_weights(path, config, dtype=dtype, device=device)
+        return load_weights(path, config, dtype=dtype, device=device, quantization=quantization)
     weights: dict[str, torch.Tensor] = {}
     for file in _weight_files(path):
         for name, tensor in load_file(file).items():

@@ -32,6 +32,7 @@ class ModelContext:
     context_length: int  # longest sequence of a generative model; 0: the model's own
     max_sequences: int  # sequences a generative model runs at once
     dtype: str = "auto"  # --dtype: auto, float32, bfloat16 or float16 (auto: bfloat16 on CUDA, else float32)
+    quantization: str = "none"  # --quantization: none, int8 or int4 (weight-only, docs/quantization.md)
 
 
 class ModelSettings(Protocol):
@@ -47,6 +48,8 @@ class ModelSettings(Protocol):
     def served_models(self) -> tuple[str, ...]: ...
     @property
     def dtype(self) -> str: ...
+    @property
+    def quantization(self) -> str: ...
     @property
     def max_batch_size(self) -> int: ...
     @property

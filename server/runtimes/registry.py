@@ -256,6 +256,7 @@ def build_models(settings: ModelSettings, device: torch.device) -> list[Model]:
         context_length=settings.context_length,
         max_sequences=settings.max_sequences,
         dtype=settings.dtype,
+        quantization=settings.quantization,
     )
     models = []
     for name in settings.served_models:

@@ -49,4 +49,5 @@ def smollm2_model(context: ModelContext) -> GenerativeModel:
         max_sequences=context.max_sequences,
         device=context.device,
         dtype=model_dtype(context.dtype, context.device),
+        quantization=context.quantization,
     )

@@ -107,6 +107,8 @@ class Model(BaseModel):
     object: Literal["model"]
     created: int
     owned_by: str
+    # Sluice's own, beside OpenAI's (as vLLM adds max_model_len): the weights' weight-only quantization.
+    quantization: str
 
 
 class ModelList(BaseModel):

@@ -166,7 +166,13 @@ async def create_embeddings(request: Request) -> Response:
 
 
 def _model(info: pb.ModelInfo) -> dict[str, Any]:
-    return {"id": info.name, "object": "model", "created": STARTED, "owned_by": "sluice"}
+    return {
+        "id": info.name,
+        "object": "model",
+        "created": STARTED,
+        "owned_by": "sluice",
+        "quantization": info.quantization or "none",
+    }
 
 
 @router.get("/models", **documented(None, "ModelList"))

@@ -40,7 +40,7 @@ def test_an_hf_entry_takes_model_options_with_defaults_for_the_rest(llama: Path)
     ("entry", "says"),
     [
         ("gen.dtype=int8", "--model-options gen.dtype takes auto, float32, bfloat16 or float16, not 'int8'"),
-        ("gen.quantise=int8", "gen has no option quantise (it has: dtype, engine, gguf)"),
+        ("gen.quantise=int8", "gen has no option quantise (it has: dtype, engine, gguf, quantization)"),
         ("gen.gguf=../other.gguf", "gguf takes a .gguf file name in the entry's directory"),
     ],
 )

@@ -1335,6 +1335,8 @@ class ModelInfo(_message.Message):
     OUTPUTS_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    QUANTIZATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The model name used in requests."""
     version: _builtins.str
@@ -1345,6 +1347,10 @@ class ModelInfo(_message.Message):
     """A one-line description."""
     device: _builtins.str
     """The torch device the model runs on, such as "cpu" or "cuda:0"."""
+    dtype: _builtins.str
+    """The weights' dtype, such as "float32" or "bfloat16"; empty where the model does not say."""
+    quantization: _builtins.str
+    """Weight-only quantization of the linear layers: "none", "int8" or "int4"."""
     @_builtins.property
     def inputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorSpec]:
         """The inputs of a tensor model."""
@@ -1368,10 +1374,12 @@ class ModelInfo(_message.Message):
         outputs: _abc.Iterable[Global___TensorSpec] | None = ...,
         limits: Global___ModelLimits | None = ...,
         device: _builtins.str = ...,
+        dtype: _builtins.str = ...,
+        quantization: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "device", b"device", "inputs", b"inputs", "kind", b"kind", "limits", b"limits", "name", b"name", "outputs", b"outputs", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "device", b"device", "dtype", b"dtype", "inputs", b"inputs", "kind", b"kind", "limits", b"limits", "name", b"name", "outputs", b"outputs", "quantization", b"quantization", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,195 @@
+"""Weight-only quantized linear layers (--quantization int8|int4): a weight's integer form (Quantized), how it
+is made from a dense weight, fused with others and packed for torch's kernels, and `linear`, the one
+TorchScript-able matmul the native decoder's layer stack calls for dense and packed weights alike.
+
+Formats are torch's own (the gpt-fast kernels, no torchao): int8 is symmetric per output channel
+(`_weight_int8pack_mm`: y = x @ (q * scale).T); int4 is asymmetric per group of GROUP input channels
+(`_weight_int4pack_mm[_for_cpu]`: w = (q - 8) * scale + zero, q in 0..15), which GGUF's Q4_0 and Q4_1 blocks
+map onto exactly (gguf_quant.py). The integers stay unpacked until `pack`, so that q, k and v (or gate and
+up) are fused by concatenating rows, and llama.cpp's row order undone, before the layout is fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MODES = ("none", "int8", "int4")
+GROUP = 32  # int4 group size: GGUF's Q4 block, so that Q4_0/Q4_1 files map onto it exactly
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """A [N, K] weight as integers: int8 values with scales [N], or int4 values (uint8 0..15) with scales
+    and zeros [N, K / group]."""
+
+    values: Tensor
+    scales: Tensor
+    zeros: Tensor | None = None
+    group: int = 0
+
+    @property
+    def bits(self) -> int:
+        return 4 if self.zeros is not None else 8
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        if self.zeros is None:
+            return (self.values.float() * self.scales.float()[:, None]).to(dtype)
+        n, k = self.values.shape
+        grouped = self.values.float().view(n, k // self.group, self.group) - 8
+        dense = grouped * self.scales.float()[..., None] + self.zeros.float()[..., None]
+        return dense.reshape(n, k).to(dtype)
+
+    def rows(self, order: Tensor) -> Quantized:
+        """The weight with its output rows reordered (llama.cpp's q/k interleaving undone)."""
+        zeros = self.zeros[order] if self.zeros is not None else None
+        return Quantized(self.values[order], self.scales[order], zeros, self.group)
+
+
+def quantize(weight: Tensor, mode: str, group: int = GROUP) -> Quantized:
+    """A dense [N, K] weight as `mode` (int8 or int4), rounded to nearest (no calibration data)."""
+    w = weight.detach().float()
+    if mode == "int8":
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-10)
+        values = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+        return Quantized(values, scales)
+    if mode != "int4":
+        raise ValueError(f"quantization takes {', '.join(MODES)}, not {mode!r}")
+    n, k = w.shape
+    grouped = w.view(n, k // group, group)
+    low, high = grouped.amin(dim=-1), grouped.amax(dim=-1)
+    scales = ((high - low) / 15).clamp(min=1e-10)
+    values = torch.round((grouped - low[..., None]) / scales[..., None]).clamp(0, 15).to(torch.uint8)
+    return Quantized(values.view(n, k), scales, low + 8 * scales, group)
+
+
+def quantizable(weight: Tensor | Quantized, mode: str, group: int = GROUP) -> bool:
+    """Whether `mode` applies to this weight: a matrix whose shape int4's packing takes (input width whole
+    groups, output rows a multiple of 16: both int4 packers' constraint)."""
+    if isinstance(weight, Quantized):
+        return weight.zeros is None or weight.shape[0] % 16 == 0
+    if mode == "none" or weight.dim() != 2:
+        return False
+    return mode == "int8" or (weight.shape[1] % group == 0 and weight.shape[0] % 16 == 0)
+
+
+def fuse(parts: list[Tensor | Quantized]) -> Tensor | Quantized:
+    """Row-wise concatenation (q, k and v into one projection), of dense or of like-quantized weights."""
+    if all(isinstance(p, Tensor) for p in parts):
+        return torch.cat([p for p in parts if isinstance(p, Tensor)]).contiguous()
+    quantized = [p for p in parts if isinstance(p, Quantized)]
+    if len(quantized) != len(parts) or len({(q.bits, q.group) for q in quantized}) != 1:
+        raise ValueError("fused weights must all be quantized alike")
+    zeros = [q.zeros for q in quantized if q.zeros is not None]
+    return Quantized(
+        torch.cat([q.values for q in quantized]),
+        torch.cat([q.scales for q in quantized]),
+        torch.cat(zeros) if zeros else None,
+        quantized[0].group,
+    )
+
+
+def pack(weight: Quantized, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(weight, scales) as `linear` takes them on `device`: scales in bfloat16, the activations' dtype of the
+    kernels (their float32 forms have no fast path on CPU: 10-20x slower, docs/quantization.md), except
+    where a CUDA int8 weight is dequantized per call in `dtype`."""
+    if weight.zeros is None:
+        scales_dtype = dtype if device.type == "cuda" else torch.bfloat16
+        return weight.values.to(device), weight.scales.to(device=device, dtype=scales_dtype)
+    # [K / group, N, 2]: each group's scale and zero, as both int4 kernels read them.
+    scales_and_zeros = torch.stack([weight.scales, weight.zeros], dim=-1).transpose(0, 1).contiguous()
+    values = weight.values.to(device)
+    if device.type == "cuda":  # two values a byte, high nibble first, then the tensor-core tiling
+        paired = (values[:, ::2] << 4 | values[:, 1::2]).contiguous()
+        # The tiling gpt-fast uses (8 inner k-tiles of 16) where the width allows it (SmolLM2's 576 does not).
+        tiles = next(t for t in (8, 4, 2) if values.shape[1] % (16 * t) == 0)
+        packed = torch.ops.aten._convert_weight_to_int4pack(paired, tiles)
+        return packed, scales_and_zeros.to(device=device, dtype=torch.bfloat16)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(values.to(torch.int32), 1)
+    return packed, scales_and_zeros.to(dtype=torch.bfloat16)
+
+
+def prepare(
+    weight: Tensor | Quantized, mode: str, dtype: torch.dtype, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """(weight, scales) for `linear`: packed where the weight is (or `mode` makes it) quantized, else the
+    dense weight and an empty scales tensor."""
+    if isinstance(weight, Tensor) and quantizable(weight, mode):
+        weight = quantize(weight, mode)
+    if isinstance(weight, Quantized):
+        if quantizable(weight, mode):
+            return pack(weight, dtype, device)
+        weight = weight.dequantize(dtype)  # a GGUF Q4 tensor int4's packing cannot take
+    return weight.to(device=device, dtype=dtype), torch.empty(0, device=device, dtype=dtype)
+
+
+def linear(x: Tensor, weight: Tensor, scales: Tensor, bias: Tensor | None) -> Tensor:
+    """x @ weight.T + bias for a dense weight (scales empty) or a packed one (by its dtype: int8; uint8, int4
+    packed for the CPU; int32, int4 packed for CUDA). Scriptable: the layer stack calls it per projection."""
+    if scales.numel() == 0:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
+    if weight.dtype == torch.int8 and weight.is_cuda:  # no CUDA int8 kernel in torch: dequantized per call
+        y = F.linear(flat, weight.to(flat.dtype) * scales[:, None].to(flat.dtype))
+    elif weight.dtype == torch.int8:
+        y = torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), weight, scales).to(flat.dtype)
+    else:
+        group = flat.shape[-1] // scales.shape[0]
+        if weight.is_cuda:
+            y = torch.ops.aten._weight_int4pack_mm(flat.to(torch.bfloat16), weight, group, scales)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat.to(torch.bfloat16), weight, group, scales)
+        y = y.to(flat.dtype)
+    shape = list(x.shape)
+    shape[-1] = y.shape[-1]
+    y = y.view(shape)
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+class RowTable:
+    """An embedding table whose rows are looked up (embed[ids]): dense, int8 per row, or int4 per group
+    with two values a byte (a GGUF Q4 token embedding stays exact and 4.5 bits a weight)."""
+
+    def __init__(self, table: Tensor | Quantized, dtype: torch.dtype, device: torch.device) -> None:
+        self.dtype = dtype
+        self.dense = table.to(device=device, dtype=dtype) if isinstance(table, Tensor) else None
+        self.table = table if isinstance(table, Quantized) else None
+        if self.table is not None:
+            values = self.table.values
+            if self.table.zeros is not None:  # int4: two a byte
+                values = values[:, ::2] | values[:, 1::2] << 4
+            zeros = self.table.zeros.to(device) if self.table.zeros is not None else None
+            self.table = Quantized(values.to(device), self.table.scales.to(device), zeros, self.table.group)
+
+    def __getitem__(self, ids: Tensor) -> Tensor:
+        if self.dense is not None:
+            return self.dense[ids]
+        table = self.table
+        assert table is not None
+        if table.zeros is None:
+            return table.values[ids].to(self.dtype) * table.scales[ids][:, None].to(self.dtype)
+        packed = table.values[ids]
+        values = torch.stack([packed & 15, packed >> 4], dim=-1).view(packed.shape[0], -1)
+        rows = Quantized(values, table.scales[ids], table.zeros[ids], table.group)
+        return rows.dequantize(self.dtype)
+
+    def nbytes(self) -> int:
+        if self.dense is not None:
+            return nbytes([self.dense])
+        assert self.table is not None
+        zeros = [self.table.zeros] if self.table.zeros is not None else []
+        return nbytes([self.table.values, self.table.scales, *zeros])
+
+
+def nbytes(tensors: Sequence[Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)

@@ -1,0 +1,57 @@
+"""Issue 30 on the real model: SmolLM2's Q4_1 file served by the native decoder under int4 keeps its own
+blocks (every Q4_1 tensor, none requantized), its resident weights are at most 0.3x float32's, and its
+cross-entropy on the held-out text stays within 10% of float32's (bench.quantization gives the figures)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from server.runtimes.base import Prefill
+from server.runtimes.llama import LlamaDecoder
+from server.runtimes.smollm2 import smollm2_gguf
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+TEXT = Path(__file__).parents[2] / "bench" / "data" / "pride_and_prejudice_ch1_2.txt"
+TOKENS = 96
+
+
+def decoder(mode: str) -> LlamaDecoder:
+    from server.runtimes.gguf_file import read_config
+
+    path = smollm2_gguf()
+    model = LlamaDecoder(
+        path, read_config(path), dtype=torch.float32, device=torch.device("cpu"), quantization=mode
+    )
+    model.allocate(256, 256)
+    return model
+
+
+def perplexity(model: LlamaDecoder, ids: list[int]) -> float:
+    """Every position's logits in one step: one single-token chunk per position, each marked last."""
+    none = torch.empty(0, dtype=torch.long)
+    chunks = [Prefill(0, [token], start, True) for start, token in enumerate(ids[:-1])]
+    with torch.inference_mode():
+        logits = model.forward(chunks, [], none, none)
+    loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(ids[1:]))
+    return math.exp(float(loss))
+
+
+def test_int4_keeps_the_files_blocks_shrinks_the_weights_and_keeps_the_perplexity(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from server.runtimes.hf_checkpoint import HfCheckpoint
+
+    ids = HfCheckpoint(smollm2_gguf(), context_length=256).encode(TEXT.read_text())[:TOKENS]
+    caplog.set_level(logging.INFO)
+    int4 = decoder("int4")
+    assert "kept as int4: 210 Q4_1 tensors" in caplog.text
+    dense = decoder("none")
+    assert int4.weights_bytes() <= 0.3 * dense.weights_bytes()
+    quantized, reference = perplexity(int4, ids), perplexity(dense, ids)
+    assert quantized <= 1.1 * reference, (quantized, reference)
