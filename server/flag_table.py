@@ -130,7 +130,11 @@ class ServeFlags(PolicySettings):
         unit="tokens",
         shown="32 on CPU, 512 on CUDA",
     )
-    default_max_tokens: int = setting(128, help="max_tokens of a request that sets none", unit="tokens")
+    # OpenAI's and vLLM's default is the rest of the context: memory grows as the output is written (issue
+    # 37), so an unset max_tokens reserves nothing up front; an operator may still cap it.
+    default_max_tokens: int | None = setting(
+        None, help="max_tokens of a request that sets none", unit="tokens", shown="the context's remainder"
+    )
     max_stop_sequences: int = setting(4, help="stop sequences a request may give", unit="sequences")
     max_stop_chars: int = setting(128, help="length of one stop sequence", unit="characters")
     stream_buffer: int = setting(32, help="chunks buffered for a stream before it pauses", unit="chunks")

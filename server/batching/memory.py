@@ -1,11 +1,14 @@
 """KvMemory: the scheduler's KV arena with its prefix cache, and who gets memory when it is short.
 
-A joining sequence reserves its prompt plus max_tokens, exact to the arena's alignment, after taking the
-longest cached prefix of its prompt (copied into its own region before the step: one copy instead of a
-prefill). When no hole holds it, memory is found in this order: evict cached prefixes, least recently
-used first; compact the arena if its free tokens would do; preempt running sequences that admission ranks
-below it (lower priority; among them the latest deadline, then the youngest), whose regions become cached
-prefixes and who rejoin to be recomputed from their prompt and the tokens already sent.
+A joining sequence reserves its feed plus a look-ahead of LOOKAHEAD tokens (never more than its prompt
+plus max_tokens), exact to the arena's alignment, after taking the longest cached prefix of its prompt
+(copied into its own region before the step: one copy instead of a prefill); a decoding sequence grows by
+as much when it reaches its region's end (vLLM's block-by-block growth). When no hole holds either,
+memory is found in this order: evict cached prefixes, least recently used first; compact the arena if its
+free tokens would do; preempt running sequences that admission ranks lowest, whose regions become cached
+prefixes and who rejoin to be recomputed from their prompt and the tokens already sent. A joiner preempts
+only sequences of lower priority; a growing sequence the lowest-ranked of all, itself included (vLLM's
+recompute preemption: the youngest of equals yields, so equals never take turns).
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ from server.metrics import Metrics
 #: Cached prefixes kept at most, whatever memory is free: each holds its token ids on the event loop's side
 #: (4 bytes a token) and makes first-fit and eviction scan further.
 MAX_CACHED = 4096
+
+#: Tokens a sequence holds beyond those it has written: it grows by this much at a time. Small, since a
+#: sequence holds on average half of it unused (with the alignment, 24 tokens: under 10% of a 300-token
+#: chat turn), and large enough that growing (an in-place extension, or a move of the whole region) is
+#: planned once every 32 steps.
+LOOKAHEAD = 32
 
 
 class KvMemory:
@@ -63,9 +72,12 @@ class KvMemory:
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
         hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
-        need = len(seq.feed) + seq.params.max_tokens - seq.generated
+        need = min(len(seq.feed) + LOOKAHEAD, self.limit(seq))
         keep = {id(hit.region)} if hit is not None else set()
         region = self._reserve(need, seq, keep, preempt)
+        if region is None and hit is not None:
+            # The prefix and the region cannot both be held (a long feed in a small arena): recompute it.
+            hit, region = None, self._reserve(need, seq, set(), preempt)
         if region is None:
             return False
         region.tokens = array("i", seq.feed)
@@ -85,6 +97,40 @@ class KvMemory:
             if not seq.produced:  # what the caller is told; a resumed sequence's reuse is the server's
                 seq.cached_tokens = hit.tokens
         return True
+
+    @staticmethod
+    def limit(seq: GenSequence) -> int:
+        """Tokens the sequence can ever write: its prompt and max_tokens (the last token is not written, the
+        look-ahead step's discarded one is)."""
+        return len(seq.prompt) + seq.params.max_tokens
+
+    def grow(self, seq: GenSequence, position: int, preempt: Callable[[GenSequence], None]) -> bool:
+        """Makes the sequence's region hold `position` (the next step writes there), growing it by LOOKAHEAD;
+        False: it cannot decode this step (it was preempted itself, or waits for its chunk in flight)."""
+        region = seq.region
+        assert region is not None
+        if position < region.size:
+            return True
+        need = max(min(position + 1 + LOOKAHEAD, self.limit(seq)), position + 1)
+        while True:
+            if self.arena.extend(region, need):
+                return True
+            move = self.arena.relocate(region, need)
+            if move is not None:
+                self.moves.append(move)
+                return True
+            if self._evict(set()):
+                continue
+            if self.arena.free_tokens() >= aligned(need) > self.arena.largest_hole():
+                self._compact()
+                continue
+            victim = self._victim(seq, growing=True)
+            if victim is None:
+                return False
+            self._m[3].inc()
+            preempt(victim)
+            if victim is seq:
+                return False
 
     def prefilled(self, seq: GenSequence) -> None:
         """Its feed is in: the prompt's blocks may serve later requests."""
@@ -127,10 +173,7 @@ class KvMemory:
             if self._evict(keep):
                 continue
             if self.arena.free_tokens() >= aligned(need) > self.arena.largest_hole():
-                start = len(self.moves)
-                self.moves.extend(self.arena.compact())
-                self.compactions.append((start, len(self.moves)))
-                self._m[5].inc()
+                self._compact()
                 continue
             victim = self._victim(seq)
             if victim is None:
@@ -138,11 +181,20 @@ class KvMemory:
             self._m[3].inc()
             preempt(victim)  # gives its region up through release(): cached, evictable next round
 
-    def _victim(self, seq: GenSequence) -> GenSequence | None:
-        """The running sequence admission ranks lowest, if `seq` outranks it by priority; only one with no
-        prefill chunk in flight or planned this step (decoding, or waiting for its next chunk)."""
+    def _compact(self) -> None:
+        start = len(self.moves)
+        self.moves.extend(self.arena.compact())
+        self.compactions.append((start, len(self.moves)))
+        self._m[5].inc()
+
+    def _victim(self, seq: GenSequence, *, growing: bool = False) -> GenSequence | None:
+        """The running sequence admission ranks lowest, if `seq` outranks it by priority (joining) or is it
+        or ranks above it (growing); only one with no prefill chunk in flight or planned this step
+        (decoding, or waiting for its next chunk): the step's commit would write into a reset sequence."""
         candidates: Iterable[GenSequence] = (
-            s for s in self._holders.values() if s.priority < seq.priority and s.planned == s.prefilled
+            s
+            for s in self._holders.values()
+            if s.planned == s.prefilled and (s.rank <= seq.rank if growing else s.priority < seq.priority)
         )
         return min(candidates, key=lambda s: s.rank, default=None)
 
