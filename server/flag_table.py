@@ -121,6 +121,9 @@ class ServeFlags(PolicySettings):
         False, help="write the whole KV cache at start-up (CPU: make it resident)"
     )
     prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
+    prefix_sharing: bool = setting(
+        True, help="attend a cached prefix where it lies instead of copying it (runtimes that can)"
+    )
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two
     # batch-24 decode steps of a 12 M-parameter Llama (bench.hf_generate); a GPU prefills hundreds meanwhile.

@@ -56,16 +56,16 @@ class ContinuousScheduler:
         metrics: Metrics,
         prefill_chunk_tokens: int | None = None,
         prefix_cache: bool = True,
+        prefix_sharing: bool = True,  # a cached prefix is attended in place where the runtime can
         device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
         prompt_check: Callable[[str, GenerateSpec, int], SluiceError | None] | None = None,  # admission's
     ) -> None:
-        self.model = model
-        self.worker = worker
-        name = model.descriptor.name
-        self.memory = KvMemory(kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name)
-        self.limits = limits
-        self.stream_buffer = stream_buffer
-        self.stall_timeout_s = stall_timeout_s
+        self.model, self.worker, name = model, worker, model.descriptor.name
+        sharing = prefix_sharing and model.shares_prefixes
+        self.memory = KvMemory(
+            kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name, sharing=sharing
+        )
+        self.limits, self.stream_buffer, self.stall_timeout_s = limits, stream_buffer, stall_timeout_s
         self.prompt_check = prompt_check  # policies that need the prompt's token count (their `prompt`)
         # None: whole prompts (a runtime that cannot prefill from mid-prompt), as many as slots allow.
         self.prefill_chunk = prefill_chunk_tokens if model.chunked_prefill else None
@@ -201,13 +201,9 @@ class ContinuousScheduler:
         top = max((w.priority for w in waiting), default=None)
         decoding = any(r.priority >= top for r in running) if top is not None else bool(running)
         work = plan_prefill(
-            prefilling,
-            self.joining,
-            self.memory,
-            self.prefill_chunk,
-            decoding=decoding,
-            preempt=self._preempt,
-        )
+            prefilling, self.joining, self.memory, self.prefill_chunk, decoding=decoding,
+            preempt=self._preempt, going_in=[s for s in self.active if s.prefilled < len(s.feed)],
+        )  # fmt: skip
         kept = [(s, row) for s, row in zip(running, rows, strict=True) if s.region is not None]
         running, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
         moves, compactions = self.memory.take_moves()

@@ -36,10 +36,13 @@ LOOKAHEAD = 32
 
 class KvMemory:
     def __init__(
-        self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str, max_cached: int = MAX_CACHED
-    ) -> None:
+        self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str, max_cached: int = MAX_CACHED,
+        sharing: bool = False,
+    ) -> None:  # fmt: skip
         self.arena = RegionArena(tokens)
         self.prefix = PrefixCache(enabled=prefix_cache)
+        # A hit is attended where it lies (the runtime reads a prefix apart: StepAttention), not copied.
+        self.sharing = sharing and prefix_cache
         self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order
         self.compactions: list[tuple[int, int]] = []  # [start, end) of the moves each compaction made
         self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
@@ -61,8 +64,19 @@ class KvMemory:
 
     @property
     def written(self) -> int:
-        """Tokens running sequences have written."""
+        """Tokens running sequences have written in their own regions."""
         return sum(seq.region.written for seq in self._holders.values() if seq.region is not None)
+
+    @property
+    def shared(self) -> int:
+        """Tokens of regions running sequences attend in place (cached or another's), each counted once."""
+        regions = {id(s.shared): s.shared for s in self._holders.values() if s.shared is not None}
+        return sum(region.size for region in regions.values())
+
+    @property
+    def held(self) -> int:
+        """Tokens running sequences hold: their own regions and the cached prefixes they attend."""
+        return self.arena.reserved() + sum(region.size for region in self._cached.values() if region.refs)
 
     def take_moves(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
         """The moves for the next step, in order, and the spans of them each compaction made (timed)."""
@@ -73,24 +87,30 @@ class KvMemory:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
         hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
         need = min(len(seq.feed) + LOOKAHEAD, self.limit(seq))
+        shared = hit.tokens if hit is not None and self.sharing else 0
         keep = {id(hit.region)} if hit is not None else set()
-        region = self._reserve(need, seq, keep, preempt)
+        region = self._reserve(need - shared, seq, keep, preempt)
         if region is None and hit is not None:
             # The prefix and the region cannot both be held (a long feed in a small arena): recompute it.
-            hit, region = None, self._reserve(need, seq, set(), preempt)
+            hit, shared, region = None, 0, self._reserve(need, seq, set(), preempt)
         if region is None:
             return False
-        region.tokens = array("i", seq.feed)
+        region.tokens = array("i", seq.feed if not shared else ())  # a region of a suffix is never a hit
         self._holders[id(region)] = seq
         seq.region, seq.planned, seq.prefilled, seq.position = region, 0, 0, 0
         if seq.produced:  # a preempted sequence resumes: what the cache no longer holds is computed again
             self._m[4].inc(len(seq.feed) - (hit.tokens if hit is not None else 0))
         if hit is not None:
-            self.moves.append((hit.region.base, region.base, hit.tokens))
+            if shared:
+                seq.shared, seq.shared_tokens = hit.region, shared
+                hit.region.refs += 1
+            else:
+                self.moves.append((hit.region.base, region.base, hit.tokens))
+                region.written = hit.tokens
             hit.region.last_used = time.monotonic()
             if id(hit.region) in self._cached:
                 self._cached.move_to_end(id(hit.region))
-            region.written = seq.planned = seq.prefilled = hit.tokens
+            seq.planned = seq.prefilled = hit.tokens
             hits, saved = self._m[0], self._m[1]
             hits.inc()
             saved.inc(hit.tokens)
@@ -107,11 +127,11 @@ class KvMemory:
     def grow(self, seq: GenSequence, position: int, preempt: Callable[[GenSequence], None]) -> bool:
         """Makes the sequence's region hold `position` (the next step writes there), growing it by LOOKAHEAD;
         False: it cannot decode this step (it was preempted itself, or waits for its chunk in flight)."""
-        region = seq.region
+        region, shared = seq.region, seq.shared_tokens
         assert region is not None
-        if position < region.size:
+        if position - shared < region.size:
             return True
-        need = max(min(position + 1 + LOOKAHEAD, self.limit(seq)), position + 1)
+        need = max(min(position + 1 + LOOKAHEAD, self.limit(seq)), position + 1) - shared
         while True:
             if self.arena.extend(region, need):
                 return True
@@ -135,15 +155,16 @@ class KvMemory:
     def prefilled(self, seq: GenSequence) -> None:
         """Its feed is in: the prompt's blocks may serve later requests."""
         if seq.region is not None:
-            seq.region.written = seq.position
-            self.prefix.register(seq.region, seq.extras.salt, seq.blocks.hashes)
+            seq.region.written = seq.position - seq.shared_tokens
+            if seq.shared is None:
+                self.prefix.register(seq.region, seq.extras.salt, seq.blocks.hashes)
 
     def wrote(self, seq: GenSequence, token: int) -> None:
         """A decode step wrote `token` (the sequence's last one) at its position - 1."""
         region = seq.region
         if region is not None:
             region.tokens.append(token)
-            region.written = seq.position
+            region.written = seq.position - seq.shared_tokens
 
     def release(self, seq: GenSequence) -> None:
         """The sequence leaves (finished, cancelled or preempted): what it wrote stays as a cached prefix
@@ -152,16 +173,36 @@ class KvMemory:
         if region is None:
             return
         del self._holders[id(region)]
-        if not self.prefix.enabled or region.written == 0:
-            self._free(region)
+        shared, held, seq.shared, seq.shared_tokens = seq.shared, seq.shared_tokens, None, 0
+        if shared is not None:
+            shared.refs -= 1
+            shared.last_used = time.monotonic()
+            if region.written:  # a suffix is found by no prompt: the whole, where memory is free, is
+                whole = self._whole(seq, shared, held, region)
+                self._free(region)
+                region = whole  # the next turn of a chat finds its prompt and its answer
+        if region is None or not self.prefix.enabled or region.written == 0:
+            if region is not None:
+                self._free(region)
             return
         self.arena.disown(region)
         region.last_used = time.monotonic()
         self.arena.shrink(region, region.written)
         self.prefix.register(region, seq.extras.salt)
         self._cached[id(region)] = region
-        while len(self._cached) > self._max_cached:
-            self._evict(set())
+        while len(self._cached) > self._max_cached and self._evict(set()):
+            pass
+
+    def _whole(self, seq: GenSequence, shared: Region, held: int, own: Region) -> Region | None:
+        """A region holding a sharer's prefix and what it wrote (copied before the next step, in order:
+        its own region is free at once), if a hole holds it without evicting anything; else None."""
+        written = held + own.written
+        whole = self.arena.allocate(written)
+        if whole is None:
+            return None
+        self.moves += [(shared.base, whole.base, held), (own.base, whole.base + held, own.written)]
+        whole.tokens, whole.written = array("i", (seq.prompt + seq.produced)[:written]), written
+        return whole
 
     def _reserve(
         self, need: int, seq: GenSequence, keep: set[int], preempt: Callable[[GenSequence], None]
@@ -200,7 +241,7 @@ class KvMemory:
 
     def _evict(self, keep: set[int]) -> bool:
         """Frees the least recently used cached prefix not in `keep`; False: there is none."""
-        victim = next((key for key in self._cached if key not in keep), None)
+        victim = next((key for key, r in self._cached.items() if key not in keep and not r.refs), None)
         if victim is None:
             return False
         self._free(self._cached.pop(victim))

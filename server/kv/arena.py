@@ -28,7 +28,8 @@ class Region:
     base: int
     size: int
     written: int = 0
-    owned: bool = True  # held by a running sequence; False: a cached prefix, evictable
+    owned: bool = True  # held by a running sequence; False: a cached prefix, evictable when refs is 0
+    refs: int = 0  # running sequences (other than its own) attending its leading tokens in place
     last_used: float = 0.0
     tokens: array[int] = field(default_factory=lambda: array("i"))  # ids of the written positions
     hashes: list[int] = field(default_factory=list)  # the prefix cache's block hashes registered for it
