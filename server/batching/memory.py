@@ -177,10 +177,11 @@ class KvMemory:
         if shared is not None:
             shared.refs -= 1
             shared.last_used = time.monotonic()
-            if region.written:  # a suffix is found by no prompt: the whole, where memory is free, is
-                whole = self._whole(seq, shared, held, region)
-                self._free(region)
-                region = whole  # the next turn of a chat finds its prompt and its answer
+            # A suffix is found by no prompt: the whole is cached where a hole holds it, so the next turn of
+            # a chat finds its prompt and its answer (not when preempted: memory is wanted then).
+            whole = self._whole(seq, shared, held, region) if region.written and seq.done else None
+            self._free(region)
+            region = whole
         if region is None or not self.prefix.enabled or region.written == 0:
             if region is not None:
                 self._free(region)

@@ -156,6 +156,7 @@ def test_a_sharer_that_leaves_is_cached_whole_for_the_next_turn() -> None:
     memory.prefilled(turn)
     turn.produced, turn.generated, turn.position = [8, 9], 2, 97
     memory.wrote(turn, 8)  # its first output's keys are in; the second's not yet
+    turn.done = True  # it finished (a preempted one is not copied: memory is wanted then)
     memory.release(turn)
     moves, _ = memory.take_moves()
     hit = memory.prefix.match([*prompt[:80], *mine, 8, 9], "")  # the next turn: six blocks, the sixth its own
@@ -163,3 +164,23 @@ def test_a_sharer_that_leaves_is_cached_whole_for_the_next_turn() -> None:
     assert hit.region.tokens == array("i", [*prompt[:80], *mine, 8]) and hit.region.written == 97
     assert moves == [(first.base, hit.region.base, 80), (own, hit.region.base + 80, 17)]
     assert first.region is not None and first.region.refs == 0
+
+
+def test_a_preempted_sharer_frees_its_own_part_and_caches_nothing_of_it() -> None:
+    memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True)
+    prompt = list(range(100))
+    first = sequence(prompt, "")
+    assert memory.admit(first, lambda victim: None)
+    first.planned = first.prefilled = first.position = 100
+    memory.prefilled(first)
+    sharer = sequence([*prompt[:64], 1, 2, 3], "")
+    assert memory.admit(sharer, lambda victim: None) and sharer.shared is first.region
+    sharer.planned = sharer.prefilled = sharer.position = 67
+    memory.prefilled(sharer)
+    regions, reserved = len(memory.arena.regions), memory.arena.reserved()
+    memory.release(sharer)  # preempted: not done
+    assert len(memory.arena.regions) == regions - 1 and memory.arena.cached() == 0
+    assert memory.arena.reserved() == reserved - 16 and first.region is not None and first.region.refs == 0
+    assert memory.take_moves() == ([], [])
+    hit = memory.prefix.match([1, 2, 3, *range(40)], "")  # its own tokens were never registered as a prefix
+    assert hit is None
