@@ -10,9 +10,10 @@ max_position_embeddings 8192), each part beside the same load with the feature o
   chats that resend the conversation, and 32 streams with no prefix in common: TTFT p50 and tokens/s,
   --prefix-cache true against false;
 - preemption: LOW streams fill the memory, then HIGH calls arrive: every HIGH served, their TTFT p99 against
-  a HIGH call's TTFT on an idle server; the LOW streams' output against the same prompts run alone.
+  a HIGH call's TTFT on an idle server; the LOW streams' output against the same prompts run alone;
+- sharing (issue 37): shared prefixes referenced in place against copied (bench/kv_sharing.py).
 
-    .venv/bin/python -m bench.kv_cache [--quick] [--repeats N] [--part capacity|prefix|preemption]
+    .venv/bin/python -m bench.kv_cache [--quick] [--repeats N] [--part capacity|prefix|preemption|sharing]
 """
 
 from __future__ import annotations
@@ -333,17 +334,21 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer streams")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--part", choices=("capacity", "prefix", "preemption"), action="append")
+    parser.add_argument("--part", choices=("capacity", "prefix", "preemption", "sharing"), action="append")
     parser.add_argument("--prefix-rows", nargs="+", choices=ROWS, default=list(ROWS), help="of --part prefix")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
-    parts = args.part or ["capacity", "prefix", "preemption"]
+    parts = args.part or ["capacity", "prefix", "preemption", "sharing"]
     print(f"seeded Llama, 8k context ({LLAMA_8K}), float32, torch threads 1, {repeats} repeat(s)")
     with tempfile.TemporaryDirectory(prefix="sluice-bench-kv-") as scratch:
         directory = build(Path(scratch))
         for part in parts:
             if part == "prefix":
                 prefix(directory, repeats, args.quick, tuple(args.prefix_rows))
+            elif part == "sharing":
+                from bench.kv_sharing import sharing  # it imports this module's pieces
+
+                sharing(directory, repeats, args.quick)
             else:
                 {"capacity": capacity, "preemption": preemption}[part](directory, repeats, args.quick)
 

@@ -89,10 +89,13 @@ class Settings(ServeFlags):
         _check(self.context_length == 0 or self.context_length >= 16, "context_length", "must be 0 or >= 16")
         _check(self.kv_cache_bytes >= 0, "kv_cache_bytes", "must be >= 0 (0 = from free memory)")
         _check(
-            self.default_max_tokens > 0
-            and (self.context_length == 0 or self.default_max_tokens < self.context_length),
+            self.default_max_tokens is None
+            or (
+                self.default_max_tokens > 0
+                and (self.context_length == 0 or self.default_max_tokens < self.context_length)
+            ),
             "default_max_tokens",
-            "must be > 0 and below context_length",
+            "must be > 0 and below context_length (unset: the context's remainder)",
         )
         _check(self.max_stop_sequences >= 0, "max_stop_sequences", "must be >= 0")
         _check(self.max_stop_chars >= 1, "max_stop_chars", "must be >= 1")

@@ -126,6 +126,9 @@ class ServeFlags(PolicySettings):
         False, help="write the whole KV cache at start-up (CPU: make it resident)"
     )
     prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
+    prefix_sharing: bool = setting(
+        True, help="attend a cached prefix where it lies instead of copying it (runtimes that can)"
+    )
     # vLLM's chunked prefill: a long prompt joining is prefilled a chunk per step, so the running streams'
     # next tokens wait for at most this many prompt tokens. On CPU a 64-token chunk already costs about two
     # batch-24 decode steps of a 12 M-parameter Llama (bench.hf_generate); a GPU prefills hundreds meanwhile.
@@ -135,7 +138,11 @@ class ServeFlags(PolicySettings):
         unit="tokens",
         shown="32 on CPU, 512 on CUDA",
     )
-    default_max_tokens: int = setting(128, help="max_tokens of a request that sets none", unit="tokens")
+    # OpenAI's and vLLM's default is the rest of the context: memory grows as the output is written (issue
+    # 37), so an unset max_tokens reserves nothing up front; an operator may still cap it.
+    default_max_tokens: int | None = setting(
+        None, help="max_tokens of a request that sets none", unit="tokens", shown="the context's remainder"
+    )
     max_stop_sequences: int = setting(4, help="stop sequences a request may give", unit="sequences")
     max_stop_chars: int = setting(128, help="length of one stop sequence", unit="characters")
     stream_buffer: int = setting(32, help="chunks buffered for a stream before it pauses", unit="chunks")

@@ -142,11 +142,14 @@ class Metrics:
             "sluice_kv_tokens_in_use", "Tokens whose keys and values running sequences wrote.", m, registry=r
         )
         self.kv_reserved = Gauge(
-            "sluice_kv_tokens_reserved",
-            "Tokens of the KV cache reserved by running sequences.",
-            m,
+            "sluice_kv_tokens_reserved", "Tokens of the KV cache running sequences hold as their own.", m,
             registry=r,
-        )
+        )  # fmt: skip
+        self.kv_shared = Gauge(
+            "sluice_kv_tokens_shared",
+            "Tokens of cached or running prefixes that running sequences attend in place, counted once.", m,
+            registry=r,
+        )  # fmt: skip
         self.kv_cached = Gauge(
             "sluice_kv_tokens_cached", "Tokens of the KV cache held by cached prefixes.", m, registry=r
         )

@@ -147,6 +147,7 @@ async def _start_generative_model(
         worker,
         kv_tokens=tokens,
         prefix_cache=s.prefix_cache,
+        prefix_sharing=s.prefix_sharing,
         prefill_chunk_tokens=s.prefill_chunk_tokens or (512 if model.device.type == "cuda" else 32),
         limits=RequestLimits(
             context_length=context,

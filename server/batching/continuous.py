@@ -1,11 +1,10 @@
 """ContinuousScheduler: iteration-level batching for Generate.
 
 Each iteration is a step boundary: finished, cancelled and stalled sequences leave and give their KV region
-up (to the prefix cache); waiting sequences join in admission's order, taking a region sized to their
-prompt and max_tokens and any cached prefix (KvMemory, which may preempt lower-priority sequences: they
-rejoin and are recomputed); then one decode step runs over every sequence whose consumer has room.
-Paused sequences keep their cache and rejoin when their consumer catches up.
-"""
+up (to the prefix cache); decoding sequences grow theirs; waiting sequences join in admission's order,
+taking a region of their prompt and a look-ahead and any cached prefix (KvMemory, which may preempt: the
+preempted rejoin and are recomputed); then one decode step runs over every sequence whose consumer has
+room. Paused sequences keep their cache and rejoin when their consumer catches up."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from server.batching.memory import KvMemory
 from server.batching.oom import OomRecovery, step_failure
 from server.batching.prefill import plan_prefill
 from server.batching.requests import RequestLimits, resolve_request
-from server.batching.runnable import runnable
+from server.batching.runnable import grown, runnable
 from server.batching.sequence import GenSequence
 from server.batching.shaping import OutputShaping
 from server.batching.step import StepChain, StepPlan, run_step
@@ -57,16 +56,16 @@ class ContinuousScheduler:
         metrics: Metrics,
         prefill_chunk_tokens: int | None = None,
         prefix_cache: bool = True,
+        prefix_sharing: bool = True,  # a cached prefix is attended in place where the runtime can
         device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
         prompt_check: Callable[[str, GenerateSpec, int], SluiceError | None] | None = None,  # admission's
     ) -> None:
-        self.model = model
-        self.worker = worker
-        name = model.descriptor.name
-        self.memory = KvMemory(kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name)
-        self.limits = limits
-        self.stream_buffer = stream_buffer
-        self.stall_timeout_s = stall_timeout_s
+        self.model, self.worker, name = model, worker, model.descriptor.name
+        sharing = prefix_sharing and model.shares_prefixes
+        self.memory = KvMemory(
+            kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name, sharing=sharing
+        )
+        self.limits, self.stream_buffer, self.stall_timeout_s = limits, stream_buffer, stall_timeout_s
         self.prompt_check = prompt_check  # policies that need the prompt's token count (their `prompt`)
         # None: whole prompts (a runtime that cannot prefill from mid-prompt), as many as slots allow.
         self.prefill_chunk = prefill_chunk_tokens if model.chunked_prefill else None
@@ -74,6 +73,7 @@ class ContinuousScheduler:
         self.active: list[GenSequence] = []
         self.steps_started = 0
         self.step_s = 0.0  # EWMA of a step's duration: what one more token of a stream costs now
+        self.output_tokens = 128.0  # EWMA of finished streams' output tokens (first: the old default)
         self.drain_deadline: float | None = None
         self._chain = StepChain(worker.flush)
         self.delivery = Delivery(model, limits.context_length, metrics)
@@ -84,11 +84,11 @@ class ContinuousScheduler:
 
     # -- the request side (event loop) ------------------------------------------------------------
     def service_estimate_s(self, max_tokens: int) -> float:
-        """How long a stream asking for `max_tokens` (0: the default) takes at the measured step rate; 0
-        before the first step. Admission's deadline estimate for Generate: a stream's service depends on
-        its length and the decode rate, not on how fast earlier streams were read."""
-        tokens = min(max_tokens or self.limits.default_max_tokens, self.limits.context_length)
-        return tokens * self.step_s
+        """How long a stream asking for `max_tokens` takes at the measured step rate (0: the operator's cap,
+        else as long as finished streams' outputs were on average: most end at EOS, long before the
+        context); 0 before the first step. Admission's deadline estimate for Generate."""
+        tokens = max_tokens or self.limits.default_max_tokens or round(self.output_tokens)
+        return min(tokens, self.limits.context_length) * self.step_s
 
     async def prepare(self, spec: GenerateSpec) -> llguidance.LLMatcher | None:
         """The spec's constraint compiled off the event loop (None without one); pass it to submit."""
@@ -176,8 +176,7 @@ class ContinuousScheduler:
             upcoming = self._plan(inflight, now)
             if inflight is not None:
                 await self._complete(inflight)
-                inflight = upcoming
-            elif upcoming is not None:
+            if inflight is not None or upcoming is not None:
                 inflight = upcoming
             else:
                 timeout = self._next_timer(now)
@@ -192,6 +191,7 @@ class ContinuousScheduler:
             self.active, inflight, now, context_length=self.limits.context_length,
             stall_timeout_s=self.stall_timeout_s, stalled=self.gauges.stalled,
         )  # fmt: skip
+        running, rows = grown(running, rows, inflight, self.memory, self._preempt)
         prefilling = [s for s in self.active if s.planned < len(s.feed)]
         if len(self.joining) > 1:
             self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
@@ -201,13 +201,9 @@ class ContinuousScheduler:
         top = max((w.priority for w in waiting), default=None)
         decoding = any(r.priority >= top for r in running) if top is not None else bool(running)
         work = plan_prefill(
-            prefilling,
-            self.joining,
-            self.memory,
-            self.prefill_chunk,
-            decoding=decoding,
-            preempt=self._preempt,
-        )
+            prefilling, self.joining, self.memory, self.prefill_chunk, decoding=decoding,
+            preempt=self._preempt, going_in=[s for s in self.active if s.prefilled < len(s.feed)],
+        )  # fmt: skip
         kept = [(s, row) for s, row in zip(running, rows, strict=True) if s.region is not None]
         running, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted
         moves, compactions = self.memory.take_moves()
@@ -265,6 +261,8 @@ class ContinuousScheduler:
             if seq.done or seq.cancel_step is not None:
                 if not seq.done:
                     finish(seq, FinishReason.CANCELLED)
+                else:
+                    self.output_tokens += _STEP_EWMA * (seq.generated - self.output_tokens)
                 self.memory.release(seq)
                 seq.released()
             else:
@@ -280,17 +278,14 @@ class ContinuousScheduler:
         self.joining.clear()
 
     def _next_timer(self, now: float) -> float | None:
-        timers = [
-            s.paused_since + self.stall_timeout_s - now for s in self.active if s.paused_since is not None
-        ]
+        timers = [s.paused_since + self.stall_timeout_s - now for s in self.active if s.paused_since]
         if self.drain_deadline is not None:
             timers.append(self.drain_deadline - now)
         return max(min(timers), 0.0) + 0.001 if timers else None
 
     def _preempt(self, seq: GenSequence) -> None:
-        """Frees a running sequence's memory for a higher-priority one: it rejoins to be recomputed from its
-        prompt and every token already sent (through the prefix cache while its region is there), so its
-        client sees a pause, never a repeat or a gap."""
+        """Frees a running sequence's memory: it rejoins to be recomputed from its prompt and every token
+        sent (through the prefix cache while its region is there); its client sees a pause, never a gap."""
         self.memory.release(seq)
         self.active.remove(seq)
         seq.epoch += 1  # a row of it in the step in flight is discarded

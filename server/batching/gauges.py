@@ -22,7 +22,7 @@ class SchedulerGauges:
         self._kv = [
             g.labels(name)
             for g in (metrics.kv_slots, metrics.kv_tokens, metrics.kv_reserved, metrics.kv_cached,
-                      metrics.kv_free)
+                      metrics.kv_free, metrics.kv_shared)
         ]  # fmt: skip
         self._fragmentation = metrics.kv_fragmentation.labels(name)
         self._gap = metrics.step_gap.labels(name)
@@ -37,7 +37,8 @@ class SchedulerGauges:
         self._active.set(active)
         self._paused.set(active - runnable)
         arena = memory.arena
-        values = (memory.holders, memory.written, arena.reserved(), arena.cached(), arena.free_tokens())
+        free, shared = arena.free_tokens(), memory.shared
+        values = (memory.holders, memory.written, arena.reserved(), arena.cached(), free, shared)
         for gauge, value in zip(self._kv, values, strict=True):
             gauge.set(value)
         now = time.monotonic()

@@ -1,7 +1,9 @@
 """Which prompt tokens a step prefills: the chunks of feeds already in a region, then new joiners (which
 take their region, and any cached prefix, from KvMemory), within the step's token budget (vLLM's chunked
 prefill), so that a long prompt joining delays the running streams by at most one budget of prompt
-tokens per step instead of by its whole length."""
+tokens per step instead of by its whole length. Where cached prefixes are shared in place, a joiner whose
+prompt begins as one still being prefilled waits for it and then references it (a burst or n > 1 choices
+of one prompt hold it once) instead of computing its own copy."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ from dataclasses import dataclass, field
 from server.batching.extras import RequestExtras
 from server.batching.memory import KvMemory
 from server.batching.sequence import GenSequence
+from server.kv.arena import ALIGN
 from server.runtimes.base import Prefill
 
 # A step's prompt tokens in all, in chunks: a burst of short prompts joins in one step up to this.
 STEP_CHUNKS = 16
+#: Leading blocks a joiner must have in common with a prompt still going in to wait for it.
+WAIT_BLOCKS = 2
 
 
 @dataclass(slots=True)
@@ -33,7 +38,7 @@ class PrefillWork:
     def prefills(self) -> list[Prefill]:
         """Built once planning is over: a later joiner's compaction may have moved an earlier region."""
         return [
-            Prefill(seq.base, seq.feed[start : start + n], start, start + n == len(seq.feed))
+            Prefill(seq.base, seq.feed[start : start + n], start, start + n == len(seq.feed), *seq.prefix)
             for seq, start, n in self.chunks
         ]
 
@@ -65,13 +70,15 @@ def plan_prefill(
     *,
     decoding: bool,
     preempt: Callable[[GenSequence], None],
+    going_in: Iterable[GenSequence] = (),
 ) -> PrefillWork:
     """The step's prompt tokens, in rank order. `chunk` None: whole feeds, every joiner memory allows (a
     runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
     decode, a feed longer than `chunk` goes in `chunk` tokens per step, one such feed at a time (later
     long ones take their region now and wait their turn), and shorter ones join whole; a step never takes
     more than STEP_CHUNKS chunks of prompt tokens in all (with nothing decoding, that whole budget may go
-    to one long feed)."""
+    to one long feed). `going_in`: the running sequences whose feed is not yet all written (in a step in
+    flight or to come), which a joiner with the same prompt waits for where prefixes are shared."""
     work = PrefillWork()
     if chunk is None:
         while joining and memory.admit(joining[0], preempt):
@@ -84,10 +91,12 @@ def plan_prefill(
     long_ones = 1 if decoding else len(joining) + 1
     # In admission's order: a HIGH joiner goes before the rest of a LOW prompt already in a region.
     order = sorted([*prefilling, *joining], key=lambda s: s.rank, reverse=True)
-    admitting, joined = True, set()
+    admitting, joined, going_in = True, set(), list(going_in)
     for seq in order:
         if left <= 0:
             break
+        if seq.region is None and memory.sharing and _follows(seq, [*going_in, *work.joined]):
+            continue  # it joins once that prompt is in, referencing it
         if seq.region is None:  # waiting to join
             short = len(seq.feed) <= chunk
             if not admitting or (short and len(seq.feed) > left):
@@ -113,3 +122,23 @@ def plan_prefill(
         joining.clear()
         joining.extend(kept)
     return work
+
+
+def _follows(seq: GenSequence, pending: list[GenSequence]) -> bool:
+    """Whether a prompt still going in (whose region the cache will find) begins as `seq`'s feed for at
+    least WAIT_BLOCKS blocks more than the cache holds now, under the same salt."""
+    feed, held = seq.feed, seq.blocks.verified if seq.blocks.region is not None else 0
+    for other in pending:
+        if (
+            other.shared is not None
+            or other.prefilled >= len(other.feed)
+            or other.extras.salt != seq.extras.salt
+        ):
+            continue
+        end = min(len(feed) - 1, len(other.feed)) // ALIGN * ALIGN  # the last token is always computed
+        at = 0
+        while at < end and feed[at : at + ALIGN] == other.feed[at : at + ALIGN]:
+            at += ALIGN
+        if at >= held + WAIT_BLOCKS * ALIGN:
+            return True
+    return False

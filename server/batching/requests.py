@@ -1,6 +1,7 @@
 """Generate requests against the server's and the model's limits: stop sequences, prompt tokens, max_tokens
-and the context length, the default max_tokens. A request that can never fit is refused here,
-naming the limit. Sampling's own ranges were checked when it was decoded (wire/sampling.py)."""
+and the context length, the default max_tokens (the context's remainder unless an operator caps it). A
+request that can never fit is refused here, naming the limit. Sampling's own ranges were checked when it
+was decoded (wire/sampling.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class RequestLimits:
     """What one Generate request may ask of a scheduler (from Settings and the model's context)."""
 
     context_length: int
-    default_max_tokens: int
+    default_max_tokens: int | None = None  # None: the context's remainder (OpenAI's, vLLM's default)
     # OpenAI and TGI allow 4 stop sequences; their text is held back while it could still become one.
     max_stop_sequences: int = 4
     max_stop_chars: int = 128
@@ -51,7 +52,7 @@ def resolve_request(
     check_stops(asked.stop, limits)
     model_limits = model.descriptor.limits
     context = limits.context_length
-    default_max_tokens = min(limits.default_max_tokens, context - 1)
+    default_max_tokens = min(limits.default_max_tokens or context, context - 1)
     if spec.prompt_ids is not None:
         prompt = list(spec.prompt_ids)
         check_vocabulary(prompt, model.vocab_size, "token_ids.ids")

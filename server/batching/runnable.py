@@ -1,16 +1,19 @@
 """Which running sequences the next step decodes, as they will stand once the step in flight is in
 (lookahead.py): not those still feeding their prompt, nor those the step in flight ends for certain
 (max_tokens, the context), nor those whose consumer is behind - those pause with their KV memory kept,
-and one whose consumer read nothing for the stall timeout is ended."""
+and one whose consumer read nothing for the stall timeout is ended. Those chosen then grow their region to
+hold the token they write (KvMemory.grow), in admission's order, so that where memory runs out the
+lowest-ranked yields."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter
 
 from server.batching.delivery import finish
 from server.batching.lookahead import Inflight, next_position, pending
+from server.batching.memory import KvMemory
 from server.batching.sequence import GenSequence
 from server.domain import FinishReason
 from server.errors import StalledConsumer
@@ -55,3 +58,26 @@ def runnable(
                 ),
             )
     return chosen, rows
+
+
+def grown(
+    running: list[GenSequence],
+    rows: list[int],
+    inflight: Inflight | None,
+    memory: KvMemory,
+    preempt: Callable[[GenSequence], None],
+) -> tuple[list[GenSequence], list[int]]:
+    """The chosen sequences whose region holds the token the next step writes, after growing them highest
+    ranked first; the others were preempted (lowest ranked) or wait a step, in the order given."""
+    waiting: set[int] = set()
+    for index in sorted(range(len(running)), key=lambda i: running[i].rank, reverse=True):
+        seq = running[index]
+        at = next_position(inflight, seq, rows[index])
+        if seq.region is not None and not memory.grow(seq, at, preempt):
+            waiting.add(id(seq))  # preempted (its region is gone) or waiting for its chunk in flight
+    kept = [
+        (seq, row)
+        for seq, row in zip(running, rows, strict=True)
+        if seq.region is not None and id(seq) not in waiting
+    ]
+    return [seq for seq, _ in kept], [row for _, row in kept]

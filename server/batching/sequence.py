@@ -36,6 +36,10 @@ class GenSequence:
     blocks: FeedBlocks = field(default_factory=FeedBlocks)  # the prefix cache's hashes of the feed, once
     produced: list[int] = field(default_factory=list)  # the tokens sent, in order
     region: Region | None = None
+    # Where the cache's region `shared` holds the feed's first `shared_tokens` (issue 37): `region` holds
+    # only the positions after them, so position p sits at region.base + p - shared_tokens.
+    shared: Region | None = None
+    shared_tokens: int = 0
     position: int = 0
     planned: int = 0
     prefilled: int = 0
@@ -60,8 +64,14 @@ class GenSequence:
 
     @property
     def base(self) -> int:
+        """Where position 0 would sit: position p's keys are at base + p (for p >= shared_tokens)."""
         assert self.region is not None
-        return self.region.base
+        return self.region.base - self.shared_tokens
+
+    @property
+    def prefix(self) -> tuple[int, int]:
+        """(arena token, tokens) of the shared prefix it attends; (0, 0): none."""
+        return (self.shared.base, self.shared_tokens) if self.shared is not None else (0, 0)
 
     @property
     def rank(self) -> tuple[int, float, float]:

@@ -1,9 +1,10 @@
 """RegionArena: the KV cache's token axis, handed out as exact-fit contiguous regions.
 
-A sequence reserves, at admission, its prompt plus max_tokens rounded up to ALIGN tokens: a region never
-grows, so attention reads each sequence's keys as one zero-copy view. Holes are filled first-fit; when the
-free tokens would hold a request but no hole does, `compact` slides the regions down and returns the
-moves for the model to apply before its next step (docs/kv-cache.md).
+A sequence reserves, at admission, its feed plus a bounded look-ahead rounded up to ALIGN tokens, and its
+region grows as it decodes: in place where the tokens after it are free, else by moving it whole to a
+hole that holds it (one contiguous region, so attention reads each sequence's keys as one zero-copy view).
+Holes are filled first-fit; when the free tokens would hold a request but no hole does, `compact` slides
+the regions down. Moves are returned for the model to apply before its next step (docs/kv-cache.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class Region:
     base: int
     size: int
     written: int = 0
-    owned: bool = True  # held by a running sequence; False: a cached prefix, evictable
+    owned: bool = True  # held by a running sequence; False: a cached prefix, evictable when refs is 0
+    refs: int = 0  # running sequences (other than its own) attending its leading tokens in place
     last_used: float = 0.0
     tokens: array[int] = field(default_factory=lambda: array("i"))  # ids of the written positions
     hashes: list[int] = field(default_factory=list)  # the prefix cache's block hashes registered for it
@@ -76,6 +78,32 @@ class RegionArena:
         self._count(region, -1)
         region.size = min(region.size, aligned(max(tokens, 1)))
         self._count(region, 1)
+
+    def extend(self, region: Region, tokens: int) -> bool:
+        """Grows the region in place to `tokens` (rounded up to ALIGN) where the tokens after it are free."""
+        size = aligned(tokens)
+        index = bisect.bisect_left(self._bases, region.base)
+        limit = self._bases[index + 1] if index + 1 < len(self._bases) else self.capacity
+        if region.base + size > limit:
+            return False
+        self._count(region, -1)
+        region.size = max(region.size, size)
+        self._count(region, 1)
+        return True
+
+    def relocate(self, region: Region, tokens: int) -> tuple[int, int, int] | None:
+        """Moves the region to the lowest hole that holds `tokens` (rounded up to ALIGN), which never overlaps
+        its old place; returns the (source, destination, tokens) copy, None where no hole holds it. The old
+        place is free at once: the copy runs before the next step's, in the order moves were planned."""
+        spot = self.allocate(tokens)
+        if spot is None:
+            return None
+        move = (region.base, spot.base, region.size)
+        self.free(spot)
+        self.free(region)
+        region.base, region.size = spot.base, spot.size
+        self._insert(bisect.bisect_left(self._bases, region.base), region)
+        return move
 
     def compact(self) -> list[tuple[int, int, int]]:
         """Slides every region down to close the holes; returns (source, destination, tokens) moves in the

@@ -179,6 +179,9 @@ class GenerativeModel(abc.ABC):
     #: Whether the scheduler may split a long prompt into chunks of its per-step token budget. Where False,
     #: every Prefill it sends is the rest of a prompt.
     chunked_prefill = False
+    #: Whether the runtime attends a prefix held in another region (Prefill.shared, StepBatch.prefixes;
+    #: step_attention.py): the scheduler then references cached prefixes instead of copying them.
+    shares_prefixes = False
 
     def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
         """One scheduler step (server/batching/step.py calls this): logits [N, V] in `batch`'s row order. The

@@ -21,6 +21,7 @@ from server.runtimes.base import GenerativeModel, Prefill
 from server.runtimes.byte_lm_graph import LAYER_WEIGHTS, compiled
 from server.runtimes.options import ModelContext
 from server.runtimes.step_attention import Heads, StepAttention
+from server.runtimes.step_batch import StepBatch
 
 EOS, BOS, VOCAB = 256, 257, 258
 DEFAULT_CONTEXT = 1024  # its learned positions; --context-length sets another (and other weights)
@@ -125,6 +126,7 @@ class ByteLm(GenerativeModel, nn.Module):
         positions: torch.Tensor,
         *,
         computing: Callable[[], None] = lambda: None,
+        prefixes: Sequence[tuple[int, int]] = (),
     ) -> torch.Tensor:
         """Every prefill chunk's tokens and every decoding row's one token in one flat batch, attention over
         zero-copy views of the arena (as the Llama decoder's, runtimes/step_attention.py)."""
@@ -141,7 +143,9 @@ class ByteLm(GenerativeModel, nn.Module):
             ]
         )
         arena = self.kv.k.shape[2]
-        plan = StepAttention.plan(self._geometry, device, arena, prefills, bases, positions.tolist())
+        plan = StepAttention.plan(
+            self._geometry, device, arena, prefills, bases, positions.tolist(), prefixes
+        )
         x = self.tok_emb(flat_ids) + self.pos_emb(flat_pos)
         computing()
         x = compiled()(
@@ -149,6 +153,16 @@ class ByteLm(GenerativeModel, nn.Module):
         )
         logits: torch.Tensor = self.head(self.ln_f(x[plan.last_rows()]))
         return logits
+
+    shares_prefixes = True
+
+    def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
+        if not any(held for _, held in batch.prefixes):  # as GenerativeModel.step: a subclass's forward
+            return super().step(batch, computing=computing)
+        return self.forward(
+            batch.prefills, batch.bases, batch.tokens, batch.positions, computing=computing,
+            prefixes=batch.prefixes,
+        )  # fmt: skip
 
     def prefill(self, base: int, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
         return self.forward([Prefill(base, token_ids, start)], [], self._no_rows, self._no_rows)[0]

@@ -10,6 +10,7 @@ import torch
 from server.runtimes.base import Prefill
 from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
 from server.runtimes.llama import LlamaDecoder
+from server.runtimes.step_batch import StepBatch
 
 
 class LlamaFamilyLm(HfGenerativeModel):
@@ -34,6 +35,14 @@ class LlamaFamilyLm(HfGenerativeModel):
             checkpoint.path, checkpoint.config, dtype=dtype, device=device, quantization=quantization
         )
         self.kv = self.decoder.kv
+        # A sliding window would have to reach across a shared prefix and the own part: Mistral copies.
+        self.shares_prefixes = self.decoder.geometry.window is None
+
+    def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
+        return self.decoder.forward(
+            batch.prefills, batch.bases, batch.tokens, batch.positions, computing=computing,
+            prefixes=batch.prefixes,
+        )  # fmt: skip
 
     def allocate_cache(self, tokens: int) -> int:
         return self.decoder.allocate(tokens, self.context_length)

@@ -105,10 +105,11 @@ class LlamaDecoder:
         positions: torch.Tensor,
         *,
         computing: Callable[[], None] = lambda: None,
+        prefixes: Sequence[tuple[int, int]] = (),
     ) -> torch.Tensor:
         """One step over prefill chunks and decoding rows; logits [N, V] for the chunks that end their
         prompt, then for every decoding row. `computing` runs where the scripted stack starts
-        (GenerativeModel.forward)."""
+        (GenerativeModel.forward); `prefixes`, per decoding row, a prefix it attends apart."""
         device = self.device
         decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions
         if prefills:
@@ -123,7 +124,9 @@ class LlamaDecoder:
         else:  # decode only: three concatenations fewer (each a GIL round trip: server/batching/step.py)
             flat_ids, flat_pos, flat_token = tokens, positions, decoded
         arena = self.kv.k.shape[2]
-        attention = StepAttention.plan(self.geometry, device, arena, prefills, bases, positions.tolist())
+        attention = StepAttention.plan(
+            self.geometry, device, arena, prefills, bases, positions.tolist(), prefixes
+        )
         cos, sin = self._cos[flat_pos][:, None, :], self._sin[flat_pos][:, None, :]
         embedded = self.embed[flat_ids]
         if self.embedding_scale is not None:

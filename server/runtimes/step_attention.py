@@ -7,6 +7,13 @@ are laid out), read as one strided view [rows, kv, span, dim] of the arena, so a
 sequences attends in one call and one long sequence does not make every short one attend as far as it
 does. No keys or values are gathered or copied. Query heads that share a key/value head are folded into
 the query axis, so no head is repeated either.
+
+A sequence may attend a prefix held in another region (issue 37: a cached or running prompt referenced,
+not copied): its own region then holds only the positions after it. Decoding rows that share a prefix
+attend it in one call, their queries batched against its keys, and their own parts as groups of strided
+views; the two are merged by their log-sum-exp (cascade attention). A prefill chunk with a prefix attends
+the prefix's keys and its own, concatenated (a chunk's attention costs its tokens times the keys: the copy
+is small beside it).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class _Chunk:
     base: int  # the region's first arena token
     end: int  # keys attended: the region's first `end` positions
     mask: torch.Tensor  # [group * n, end]
+    prefix: tuple[int, int]  # (arena token, tokens) of its prefix held apart; (0, 0): none
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,7 @@ class _Rows:
     rows: torch.Tensor  # ... and their row within the view
     mask: torch.Tensor  # [count, 1, 1, span]
     direct: bool  # the group is every decoding row, the view's rows exactly, in step order
+    prefix: tuple[int, int] = (0, 0)  # a cascade: every member attends these keys first (arena token, tokens)
 
 
 class StepAttention:
@@ -62,6 +71,7 @@ class StepAttention:
         self.heads, self.device, self.tokens = heads, device, tokens
         self.chunks: list[_Chunk] = []
         self.groups: list[_Rows] = []
+        self.cascades: list[_Rows] = []  # groups of rows with a shared prefix: their own parts
         self.decode_offset = 0
         self.decoding = 0
         self.ends: list[int] = []  # flat index of each completing chunk's last token
@@ -69,22 +79,35 @@ class StepAttention:
     @classmethod
     def plan(
         cls, heads: Heads, device: torch.device, tokens: int, prefills: Sequence[Prefill],
-        bases: Sequence[int], positions: Sequence[int],
+        bases: Sequence[int], positions: Sequence[int], prefixes: Sequence[tuple[int, int]] = (),
     ) -> StepAttention:  # fmt: skip
-        """`tokens`: the arena's size (a strided view never reads past it)."""
+        """`tokens`: the arena's size (a strided view never reads past it); `prefixes`: per decoding row, the
+        (arena token, tokens) of the prefix it attends apart, (0, 0) for none (as every row without)."""
         self = cls(heads, device, tokens)
         offset = 0
         for p in prefills:
             n, end = len(p.token_ids), p.start + len(p.token_ids)
             allowed = self._allowed(torch.arange(p.start, end, device=device), end)
             # Query heads of one key/value head are folded into the query axis: g * n + i.
-            self.chunks.append(_Chunk(offset, n, p.base, end, allowed.repeat(heads.group, 1)))
+            prefix = (p.shared_base, p.shared)
+            self.chunks.append(_Chunk(offset, n, p.base, end, allowed.repeat(heads.group, 1), prefix))
             if p.last:
                 self.ends.append(offset + n - 1)
             offset += n
         self.decode_offset, self.decoding = offset, len(bases)
-        for lo, stride, count, members in _groups(bases, positions, tokens):
+        plain = [i for i in range(len(bases)) if not prefixes or not prefixes[i][1]]
+        for lo, stride, count, members in _groups(bases, positions, tokens, plain):
             self.groups.append(self._rows(lo, stride, count, bases, positions, members))
+        by_prefix: dict[tuple[int, int], list[int]] = {}
+        for i in range(len(bases)) if prefixes else ():
+            if prefixes[i][1]:
+                by_prefix.setdefault(prefixes[i], []).append(i)
+        for prefix, rows in by_prefix.items():  # own parts: their regions from position `held` on
+            held = prefix[1]
+            own_bases = [bases[i] + held if i in rows else 0 for i in range(len(bases))]
+            own = [positions[i] - held if i in rows else 0 for i in range(len(bases))]
+            for lo, stride, count, members in _groups(own_bases, own, tokens, rows):
+                self.cascades.append(self._rows(lo, stride, count, own_bases, own, members, prefix))
         return self
 
     def _allowed(self, query_positions: torch.Tensor, keys: int) -> torch.Tensor:
@@ -96,12 +119,17 @@ class StepAttention:
 
     def _rows(
         self, lo: int, stride: int, count: int, bases: Sequence[int], positions: Sequence[int],
-        members: list[int],
+        members: list[int], prefix: tuple[int, int] = (0, 0),
     ) -> _Rows:  # fmt: skip
         device = self.device
         span = max(positions[i] for i in members) + 1
         rows = torch.tensor([(bases[i] - lo) // stride for i in members], dtype=torch.long, device=device)
-        if len(members) == self.decoding and members == sorted(members) and count == len(members):
+        if (
+            len(members) == self.decoding
+            and members == sorted(members)
+            and count == len(members)
+            and not prefix[1]
+        ):
             direct = rows.tolist() == members  # every row, in step order, the view exactly
         else:
             direct = False
@@ -111,15 +139,18 @@ class StepAttention:
         mask[:, 0] = True
         mask[rows] = self._allowed(torch.tensor([positions[i] for i in members], device=device), span)
         index = torch.tensor(members, dtype=torch.long, device=device)
-        return _Rows(lo, stride, count, span, index, rows, mask[:, None, None, :], direct)
+        return _Rows(lo, stride, count, span, index, rows, mask[:, None, None, :], direct, prefix)
 
     def graph_args(self) -> tuple[Any, ...]:
         """The plan as the scripted layer stack (decoder_graph.py) takes it: lists of ints and tensors."""
-        chunks = [[c.offset, c.n, c.base, c.end] for c in self.chunks]
-        groups = [[g.lo, g.stride, g.count, g.span, int(g.direct)] for g in self.groups]
+        chunks = [[c.offset, c.n, c.base, c.end, *c.prefix] for c in self.chunks]
+        groups = [
+            [g.lo, g.stride, g.count, g.span, int(g.direct), *g.prefix] for g in self.groups + self.cascades
+        ]
+        every = self.groups + self.cascades
         return (
             chunks, [c.mask for c in self.chunks], self.decode_offset, groups,
-            [g.members for g in self.groups], [g.rows for g in self.groups], [g.mask for g in self.groups],
+            [g.members for g in every], [g.rows for g in every], [g.mask for g in every],
         )  # fmt: skip
 
     def last_rows(self) -> torch.Tensor:
@@ -129,12 +160,12 @@ class StepAttention:
 
 
 def _groups(
-    bases: Sequence[int], positions: Sequence[int], tokens: int
+    bases: Sequence[int], positions: Sequence[int], tokens: int, chosen: Sequence[int] | None = None
 ) -> list[tuple[int, int, int, list[int]]]:
-    """Decoding rows in groups (lo, stride, rows of the view, members): in arena order, a row joins the
-    group before it where its region starts a whole number of strides on (the first two members set the
-    stride) and attending together costs no more than a separate call would."""
-    order = sorted(range(len(bases)), key=lambda i: bases[i])
+    """The `chosen` decoding rows (None: all) in groups (lo, stride, rows of the view, members): in arena
+    order, a row joins the group before it where its region starts a whole number of strides on (the first
+    two members set the stride) and attending together costs no more than a separate call would."""
+    order = sorted(range(len(bases)) if chosen is None else chosen, key=lambda i: bases[i])
     groups: list[tuple[int, int, int, list[int]]] = []
     span = 0
     for i in order:

@@ -22,6 +22,8 @@ class Prefill:
     token_ids: Sequence[int]
     start: int = 0
     last: bool = True
+    shared_base: int = 0  # where a prefix held in another region starts (issue 37) ...
+    shared: int = 0  # ... and its tokens: positions [0, shared) are read there, not at base
 
 
 class RowExtras(Protocol):
@@ -40,3 +42,4 @@ class StepBatch:
     positions: torch.Tensor  # [B] per decoding row: the input token's position in its sequence
     prefill_extras: Sequence[RowExtras] = ()  # per prefill chunk: its request's extras
     decode_extras: Sequence[RowExtras] = ()  # per decoding row: its request's extras
+    prefixes: Sequence[tuple[int, int]] = ()  # per decoding row: (arena token, tokens) of a shared prefix

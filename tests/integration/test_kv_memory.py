@@ -2,7 +2,9 @@
 token for seeded Llama, Mistral (sliding window), Qwen2 (the native decoder) and GPT-2 (the generic path)
 with the prefix cache on and off, and with preemption forced (a KV budget that holds half the streams,
 HIGH calls arriving while LOW streams hold it); a seeded sampled stream is the same preempted or not;
-the cached prompt tokens are reported in the usage."""
+the cached prompt tokens are reported in the usage. Issue 37, item 3: streams that outgrow the memory as
+they write preempt each other (the youngest yields) with every output still generate's, and a request
+without max_tokens runs to the context's end."""
 
 from __future__ import annotations
 
@@ -142,3 +144,26 @@ def test_a_seeded_sampled_stream_is_the_same_preempted_or_not(tight: ServerProce
     fill.join(timeout=120)
     assert (tight.metric("sluice_preemptions_total", model="llama") or 0) > before
     assert preempted == [alone] and len(alone) == LOW_TOKENS
+
+
+def test_without_max_tokens_a_stream_runs_past_128_tokens_to_the_context(
+    server: tuple[ServerProcess, bool], directories: dict[str, Path]
+) -> None:
+    process, _ = server
+    prompt = "tell me a long story"
+    got, _ = generate(process, "llama", prompt, temperature=0.0)  # no max_tokens: the context's remainder
+    assert len(got) == 256 - len(prompt) > 128
+    assert got == greedy_reference(directories["llama"], list(prompt.encode()), len(got))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_streams_outgrowing_the_memory_preempt_each_other_and_every_output_is_generates(
+    tight: ServerProcess, directories: dict[str, Path], kind: str
+) -> None:
+    # Four equal streams of 12 + 100 tokens: each joins holding 48, and the 256 tokens hold two whole.
+    before = tight.metric("sluice_preemptions_total", model=kind) or 0
+    got = run_all(tight, kind, LOW, max_tokens=LOW_TOKENS, temperature=0.0)
+    assert (tight.metric("sluice_preemptions_total", model=kind) or 0) > before
+    for prompt, tokens in got.items():
+        expected = greedy_reference(directories[kind], list(prompt.encode()), LOW_TOKENS)
+        assert tokens == expected, (kind, prompt)

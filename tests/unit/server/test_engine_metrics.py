@@ -20,7 +20,7 @@ from server.metrics import Metrics
 from server.runtimes.byte_lm import ByteLm
 from wire.sampling import Sampling
 
-KV_TOKENS = 256  # four regions of 64: a prompt of 4 bytes and 60 tokens each
+KV_TOKENS = 256  # four regions of 48: a prompt of 4 bytes and the look-ahead of 32, aligned
 
 
 def submit(
@@ -72,19 +72,21 @@ def test_a_compaction_is_counted_and_its_copies_timed_and_the_moved_streams_go_o
     outputs: dict[str, list[int]] = {}
 
     async def body(scheduler: ContinuousScheduler) -> None:
-        a, b, c, d = (submit(scheduler, p, 60) for p in ("aaaa", "bbbb", "cccc", "dddd"))
+        # 40 tokens: 4 + 40 fit the first reservation (48), so no region grows here.
+        a, b, c, d = (submit(scheduler, p, 40) for p in ("aaaa", "bbbb", "cccc", "dddd"))
         await until(lambda: all(s.generated >= 2 for s in (a, b, c, d)))
-        # Within one turn of the loop: A and C leave at the next step boundary, two holes of 64 tokens at
-        # 0 and 128; E needs 112 (4 + 100, aligned), which the free 128 hold and no hole does.
+        # Within one turn of the loop: A and C leave at the next step boundary, two holes of 48 tokens at
+        # 0 and 96 and one of 64 at the end; E needs 112 (70 + 32, aligned), which the free 160 hold and no
+        # hole does.
         scheduler.cancel(a)
         scheduler.cancel(c)
-        e = submit(scheduler, "eeee", 100)
+        e = submit(scheduler, "e" * 70, 40)
         await until(lambda: e.region is not None)
-        assert (b.base, d.base, e.base) == (0, 64, 128)  # B and D slid down while they ran
+        assert (b.base, d.base, e.base) == (0, 48, 96)  # B and D slid down while they ran
         outputs.update(
             b=await output(scheduler, b), d=await output(scheduler, d), e=await output(scheduler, e)
         )
-        for name, prompt, tokens in (("b", "bbbb", 60), ("d", "dddd", 60), ("e", "eeee", 100)):
+        for name, prompt, tokens in (("b", "bbbb", 40), ("d", "dddd", 40), ("e", "e" * 70, 40)):
             outputs[name + " alone"] = await output(scheduler, submit(scheduler, prompt, tokens))
 
     metrics = run(body)
@@ -99,13 +101,14 @@ def test_a_compaction_is_counted_and_its_copies_timed_and_the_moved_streams_go_o
 
 def test_a_preempted_sequences_row_in_flight_is_discarded_as_preempted() -> None:
     async def body(scheduler: ContinuousScheduler) -> None:
-        low = [submit(scheduler, p, 124, Priority.LOW) for p in ("lo-a", "lo-b")]  # 128 each: the arena
+        # 96 + 32 each, reserved at once (the look-ahead reaches max_tokens): the arena.
+        low = [submit(scheduler, p * 24, 32, Priority.LOW) for p in ("lo-a", "lo-b")]
         await until(lambda: all(s.generated >= 2 for s in low))
         high = submit(scheduler, "high", 60, Priority.HIGH)
         await until(lambda: any(s.epoch for s in low))  # preempted while its next step was in flight
         await output(scheduler, high)
         for seq in low:
-            assert len(await output(scheduler, seq)) == 124  # resumed and finished: nothing to count there
+            assert len(await output(scheduler, seq)) == 32  # resumed and finished: nothing to count there
 
     metrics = run(body)
     value = metrics.registry.get_sample_value

@@ -113,12 +113,14 @@ def sequence(tokens: list[int], max_tokens: int) -> GenSequence:
 
 def test_a_joiner_waiting_for_memory_is_not_hashed_or_compared_again_at_each_step() -> None:
     n = 4096
-    memory = KvMemory(11 * n // 4, prefix_cache=True, metrics=Metrics(), model="m")
+    # Room for the holder's prompt and the joiner's region (n + 2 and the look-ahead of 32: n + 48), not
+    # for both regions while the holder runs (its n and 32).
+    memory = KvMemory(2 * n + 64, prefix_cache=True, metrics=Metrics(), model="m")
     shared = tokens_of(n)
     holder = sequence(list(shared), n // 2)
     assert memory.admit(holder, lambda victim: None)
     holder.planned = holder.prefilled = holder.position = n
-    memory.prefilled(holder)  # its prompt is findable while it runs, and holds 1.5n of the 2.75n tokens
+    memory.prefilled(holder)  # its prompt is findable while it runs
     joiner = sequence(CountedTokens([*shared, 5, 6]), n // 2)
     assert not memory.admit(joiner, lambda victim: None)  # an equal never preempts: it waits
     first = joiner.feed.read  # type: ignore[attr-defined]
