@@ -62,7 +62,8 @@ FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_ca
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 # Tests marked serial compare wall times (a bystander's latency under an attack against a quiet one, a
-# deadline's effect): they run after the parallel pass, alone, where another worker's load cannot tilt them.
+# reconnect's or a batch's wall time): they run after the parallel pass, alone, where another worker's load
+# cannot tilt them.
 
 # CI=true: a test skipped for a missing tool fails instead, naming it (tests/support/skips.py); CUDA may skip.
 test: $(STAMP) $(TOOLS_STAMP) $(TRITON_STAMP) proto-check lint
