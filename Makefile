@@ -76,7 +76,20 @@ FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_ca
 	tests/integration/test_hostile_peers.py tests/integration/test_hostile_input.py \
 	tests/integration/test_lifecycle.py tests/integration/test_auth.py tests/integration/test_request_budget.py
 
+# Test processes side by side (pytest-xdist): most of a run is server and shim start-ups and waits, so two
+# workers fill the 2-core CI machine. Whole modules go to one worker (--dist loadfile) so a module-scoped
+# server is started once. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+# Tests marked serial compare wall times (a bystander's latency under an attack against a quiet one, a
+# reconnect's or a batch's wall time): they run after the parallel pass, alone, where another worker's load
+# cannot tilt them.
+
 # CI=true: a test skipped for a missing tool fails instead, naming it (tests/support/skips.py); CUDA may skip.
 test: $(STAMP) $(TOOLS_STAMP) $(TRITON_STAMP) proto-check lint
-	CI=true $(PY) -m pytest
-	CI=true SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider -m "not one_frontend" $(FRONTEND_SUITES)
+	CI=true $(PY) -m pytest $(PARALLEL) -m "not serial"
+	CI=true $(PY) -m pytest -p no:cacheprovider -m serial
+	CI=true SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider $(PARALLEL) \
+		-m "not one_frontend and not serial" $(FRONTEND_SUITES)
+	CI=true SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider -m "serial and not one_frontend" \
+		$(FRONTEND_SUITES)

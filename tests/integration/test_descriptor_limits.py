@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
@@ -39,6 +40,7 @@ def infer_seconds(stub: pb_grpc.InferenceServiceStub) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.serial  # compares a bystander's latency against an unloaded one: run alone
 def test_an_idle_connection_flood_under_a_1024_file_limit() -> None:
     server = start_server("--models", "mlp", "--handshake-timeout-s", "4", fd_limit=1024)
     flood: list[socket.socket] = []

@@ -32,6 +32,7 @@ def two_devices() -> Iterator[ServerProcess]:
     assert server.terminate() == 0, server.diagnostics()
 
 
+@pytest.mark.serial  # compares its wall time against one device's: run alone
 def test_two_devices_hold_and_compute_twice_the_calls(two_devices: ServerProcess) -> None:
     server = two_devices
     assert server.metric("sluice_admission_slots", model="faulty", method="Infer") == 2 * SLOTS

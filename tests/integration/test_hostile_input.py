@@ -76,6 +76,7 @@ def test_oversize_stop_lists_are_refused_naming_the_field(
     assert violations(info.value) == [field]
 
 
+@pytest.mark.serial  # compares health checks' latency against quiet ones: run alone
 def test_huge_stop_lists_cost_the_event_loop_nothing_noticeable(server: ServerProcess) -> None:
     """Eight callers keep sending 400,000-stop requests; health checks answer as fast as usual meanwhile."""
     huge = with_stops([f"stop-{i}" for i in range(400_000)])

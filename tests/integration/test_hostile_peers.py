@@ -56,6 +56,7 @@ def stall_server() -> Iterator[ServerProcess]:
     assert server.terminate() == 0, server.diagnostics()
 
 
+@pytest.mark.serial  # compares a bystander's latency against an unloaded one: run alone
 def test_a_peer_granting_no_window_loses_its_slots_while_it_holds_the_socket(
     stall_server: ServerProcess,
 ) -> None:

@@ -98,6 +98,7 @@ def bystander(shim: ShimProcess) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.serial  # compares bystanders' latency against unloaded ones: run alone
 def test_a_flood_of_idle_connections_cannot_exhaust_the_descriptors(
     limited_shim: ShimProcess, own_descriptors: None
 ) -> None:

@@ -131,6 +131,7 @@ def head(method: str, path: str, **headers: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
+@pytest.mark.serial  # compares a bystander's latency against a normal one: run alone
 def test_slow_bodies_hold_no_slot_and_are_answered_408(guarded: ShimProcess, attack: Attack) -> None:
     limit = normal_latency(guarded)
     post = head("POST", "/v1/infer", content_type="application/json", content_length=str(len(BODY)))
@@ -155,6 +156,7 @@ def test_slow_bodies_hold_no_slot_and_are_answered_408(guarded: ShimProcess, att
     assert time.monotonic() - started < BODY_TIMEOUT_S + 5
 
 
+@pytest.mark.serial  # compares a bystander's latency against a normal one: run alone
 def test_silent_half_sent_and_idle_connections_are_closed(guarded: ShimProcess, attack: Attack) -> None:
     limit = normal_latency(guarded)
     started = time.monotonic()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
@@ -21,6 +22,7 @@ def infer(shim: ShimProcess) -> httpx.Response:
     return httpx.post(f"{shim.url}/v1/infer", json=BYSTANDER, timeout=30)
 
 
+@pytest.mark.serial  # compares the reconnect's wall time: run alone
 def test_the_shim_explains_an_outage_and_serves_soon_after_the_server_is_back() -> None:
     processes: list[ServerProcess | ShimProcess] = []
     try:

@@ -89,7 +89,9 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, Refe
 
 def generate(server: ServerProcess, prompt: str, **kw: object) -> tuple[list[int], int]:
     """The tokens and the cached prompt tokens of one greedy stream that ignores EOS."""
-    with SluiceClient(server.target) as client:
+    # The threads' join deadline (run_all), not the client's 30 s: what is checked is the tokens, and a
+    # preempted 100-token stream beside another test worker's load can take longer than 30 s on 2 cores.
+    with SluiceClient(server.target, timeout=240) as client:
         chunks = list(client.generate("smollm2", prompt, ignore_eos=True, temperature=0.0, **kw))  # type: ignore[arg-type]
     usage = chunks[-1].usage
     assert usage is not None
