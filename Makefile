@@ -9,17 +9,7 @@ $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml scripts/setu
 	bash scripts/setup.sh
 	touch $(STAMP)
 
-set# The llama.cpp server for bench.smollm2 (benchmarks only): built from source by pip, CPU, default flags.
-LLAMACPP_STAMP := .venv-llamacpp/.installed
-
-$(LLAMACPP_STAMP): requirements-llamacpp.lock
-	python3 -m venv .venv-llamacpp
-	.venv-llamacpp/bin/pip install -r requirements-llamacpp.lock
-	touch $(LLAMACPP_STAMP)
-
-bench-llamacpp: $(LLAMACPP_STAMP)
-
-up: $(STAMP)
+setup: $(STAMP)
 
 # What the suites drive besides Python (h2load, Chromium, promtool, Node and clients/node's packages): only
 # `make test` installs them, so the image that `make setup` builds stays without them.
