@@ -8,20 +8,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import torch
-
 from server.batching.continuous import ContinuousScheduler
 from server.batching.memory import LOOKAHEAD, KvMemory
-from server.batching.requests import RequestLimits
 from server.batching.sequence import GenSequence
 from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
-from server.batching.worker import ModelWorker
-from server.domain import FinishReason, GenerateSpec, Priority, SamplingParams, TokenChunk
+from server.domain import FinishReason, Priority, SamplingParams, TokenChunk
 from server.kv.arena import ALIGN, aligned
 from server.metrics import Metrics
-from server.runtimes.byte_lm import ByteLm
-from wire.sampling import Sampling
+from tests.support.scheduler import run_scheduler, submit
 
 
 def sequence(prompt: int, max_tokens: int, at: float = 0.0, start: int = 0) -> GenSequence:
@@ -89,32 +84,10 @@ def test_out_of_memory_growth_preempts_the_lowest_ranked_itself_included() -> No
 
 
 def run(kv_tokens: int, context: int, body: Callable[[ContinuousScheduler], Awaitable[None]]) -> Metrics:
-    model = ByteLm(size="tiny", context_length=context, max_sequences=8, device=torch.device("cpu"))
-    worker = ModelWorker("test")
-    worker.call(model.allocate_cache, kv_tokens)
-    metrics = Metrics()
-    scheduler = ContinuousScheduler(
-        model, worker, kv_tokens=kv_tokens, prefix_cache=True, prefill_chunk_tokens=16,
-        limits=RequestLimits(context_length=context), stream_buffer=1024, stall_timeout_s=30.0,
-        breaker=None, metrics=metrics,
+    return run_scheduler(
+        body, kv_tokens=kv_tokens, context=context, max_sequences=8, timeout_s=120, prefill_chunk_tokens=16,
+        stall_timeout_s=30.0,
     )  # fmt: skip
-
-    async def main() -> None:
-        task = asyncio.create_task(scheduler.run())
-        try:
-            await asyncio.wait_for(body(scheduler), 120)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            worker.shutdown()
-
-    asyncio.run(main())
-    return metrics
-
-
-def submit(scheduler: ContinuousScheduler, prompt: str, **sampling: object) -> GenSequence:
-    spec = GenerateSpec(model="byte-lm", prompt_text=prompt, prompt_ids=None, sampling=Sampling.of(sampling))
-    return scheduler.submit(spec)
 
 
 async def chunks(scheduler: ContinuousScheduler, seq: GenSequence) -> list[TokenChunk]:

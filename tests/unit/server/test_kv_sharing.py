@@ -10,20 +10,15 @@ import asyncio
 from array import array
 from collections.abc import Awaitable, Callable
 
-import torch
-
 from server.batching.continuous import ContinuousScheduler
 from server.batching.extras import RequestExtras
 from server.batching.memory import KvMemory
-from server.batching.requests import RequestLimits
 from server.batching.sequence import GenSequence
 from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
-from server.batching.worker import ModelWorker
-from server.domain import GenerateSpec, SamplingParams
+from server.domain import SamplingParams
 from server.metrics import Metrics
-from server.runtimes.byte_lm import ByteLm
-from wire.sampling import Sampling
+from tests.support.scheduler import run_scheduler, submit
 
 PROMPT = "".join(chr(97 + (7 * i) % 26) for i in range(632))  # 632 bytes: 632 tokens
 
@@ -31,32 +26,10 @@ PROMPT = "".join(chr(97 + (7 * i) % 26) for i in range(632))  # 632 bytes: 632 t
 def run(
     body: Callable[[ContinuousScheduler], Awaitable[None]], *, sharing: bool, kv_tokens: int = 16384
 ) -> Metrics:
-    model = ByteLm(size="tiny", context_length=1024, max_sequences=32, device=torch.device("cpu"))
-    worker = ModelWorker("test")
-    worker.call(model.allocate_cache, kv_tokens)
-    metrics = Metrics()
-    scheduler = ContinuousScheduler(
-        model, worker, kv_tokens=kv_tokens, prefix_cache=True, prefix_sharing=sharing,
-        prefill_chunk_tokens=32, limits=RequestLimits(context_length=1024), stream_buffer=1024,
-        stall_timeout_s=60.0, breaker=None, metrics=metrics,
+    return run_scheduler(
+        body, kv_tokens=kv_tokens, context=1024, max_sequences=32, timeout_s=300, prefix_sharing=sharing,
+        prefill_chunk_tokens=32, stall_timeout_s=60.0,
     )  # fmt: skip
-
-    async def main() -> None:
-        task = asyncio.create_task(scheduler.run())
-        try:
-            await asyncio.wait_for(body(scheduler), 300)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            worker.shutdown()
-
-    asyncio.run(main())
-    return metrics
-
-
-def submit(scheduler: ContinuousScheduler, prompt: str, **sampling: object) -> GenSequence:
-    spec = GenerateSpec(model="byte-lm", prompt_text=prompt, prompt_ids=None, sampling=Sampling.of(sampling))
-    return scheduler.submit(spec)
 
 
 async def tokens(scheduler: ContinuousScheduler, seq: GenSequence) -> list[int]:
