@@ -8,7 +8,8 @@ The file is TOML, one [[tenant]] table per caller:
     priority_ceiling = "normal"     # a request asking for more is served at this (low, normal, high)
     share = 0.5                     # of each model's slots, in flight and waiting together
     rate_per_s = 100                # requests per second, a token bucket holding one second's worth
-    models = ["mlp", "byte-lm"]     # optional: absent, every model
+    models = ["mlp", "byte-lm"]     # optional: absent, every model (a LoRA adapter by its own name)
+    admin = true                    # optional: may load and unload LoRA adapters (default false)
 
 A presented token is hashed and compared with every entry in constant time (hmac.compare_digest), so the
 time a wrong token takes says nothing about the right ones. Tokens never reach a log or an error.
@@ -39,6 +40,8 @@ class TenantEntry:
     # The prefix cache's namespace: tenants never see each other's cached prompts unless their entries
     # name the same `prefix_cache_group`; by default each tenant is its own.
     cache_salt: str = ""
+    # May load and unload LoRA adapters at run time (LoadLoraAdapter, POST /v1/load_lora_adapter).
+    admin: bool = False
 
 
 def load_keys(path: Path) -> list[TenantEntry]:
@@ -98,6 +101,8 @@ def _entry(entry: object, index: int, path: Path) -> TenantEntry:
             "share in (0, 1], rate_per_s > 0"
         )
     models = entry.get("models")
+    if not isinstance(entry.get("admin", False), bool):
+        raise ValueError(f"{where}: admin must be true or false")
     return TenantEntry(
         name=name,
         token_sha256=digest,
@@ -108,4 +113,5 @@ def _entry(entry: object, index: int, path: Path) -> TenantEntry:
         cache_salt="group:" + str(entry["prefix_cache_group"])
         if "prefix_cache_group" in entry
         else "tenant:" + name,
+        admin=entry.get("admin", False),
     )

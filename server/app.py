@@ -24,6 +24,7 @@ from process.access_log import AccessLog
 from process.limits import raise_fd_limit
 from process.otlp_target import collector_target
 from process.tracing import start_span_export
+from server.adapters import Adapters
 from server.admission.devices import DeviceGates
 from server.admission.gate import AdmissionGate
 from server.admission.interceptor import AdmissionInterceptor
@@ -199,6 +200,7 @@ class SluiceServer:
             for name, gate in gates.items():
                 self.metrics.slots.labels(name, method).set(gate.slots)
                 self.metrics.queue_limit.labels(name, method).set(gate.max_waiting)
+        self.servicer.adapters = await Adapters.serve(self.servicer, self.interceptor, self.settings)
         self.interceptor.ready = True
         self.tasks.append(asyncio.create_task(self._track_readiness(), name="readiness"))
         # Everything alive now (torch, grpc, protobuf, the weights' Python objects) lives until exit: out of

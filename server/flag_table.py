@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 from process.flags import setting
 from server.admission.policies import PolicySettings
+from server.lora_flags import LoraFlags
 from server.model_selection import MODELS_HELP, MODELS_SHOWN
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServeFlags(PolicySettings):
+class ServeFlags(PolicySettings, LoraFlags):
     """Every flag of `sluice serve`, in --help's order; None for a capacity setting means "derive it from
     measurement". Not slotted: Settings, slotted, adds the checks (slotted bases could not be combined)."""
 

@@ -10,13 +10,15 @@ import grpc
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
+from server.adapters import Adapters, check_admin
 from server.admission.handlers import ADMISSION_WAIT, STREAM_SLOT, abort
+from server.admission.tenants import CALLER
 from server.batching.continuous import ContinuousScheduler
 from server.batching.dynamic import DynamicBatcher
 from server.codec.messages import decode_generate, decode_infer, encode_chunk, encode_infer, encode_model
 from server.codec.tokens import decode_detokenize, decode_tokenize, encode_detokenize, encode_tokenize
 from server.domain import ModelDescriptor, Usage
-from server.errors import InvalidArgument, ModelNotFound, SluiceError
+from server.errors import InvalidArgument, ModelNotFound, NotReady, SluiceError
 from server.metrics import Metrics
 from server.submission import call_deadline, chosen_replica, detokenize, submit_generation, tokenize
 
@@ -30,6 +32,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self.batchers: dict[str, list[DynamicBatcher]] = {}
         self.schedulers: dict[str, list[ContinuousScheduler]] = {}
         self.models: dict[str, pb.ModelInfo] = {}
+        self.adapters: Adapters | None = None  # the LoRA adapters' loading and unloading (server/app.py)
 
     def install(
         self,
@@ -116,3 +119,29 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             await abort(context, error)
             raise error
         return pb.GetModelResponse(model=info)
+
+    async def LoadLoraAdapter(
+        self, request: pb.LoadLoraAdapterRequest, context: Context
+    ) -> pb.LoadLoraAdapterResponse:
+        try:
+            check_admin(CALLER.get())
+            if self.adapters is None:
+                raise NotReady("the models are not loaded yet")
+            await self.adapters.load(request.lora_name, request.lora_path, request.base_model_name)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+        return pb.LoadLoraAdapterResponse(model=self.models[request.lora_name])
+
+    async def UnloadLoraAdapter(
+        self, request: pb.UnloadLoraAdapterRequest, context: Context
+    ) -> pb.UnloadLoraAdapterResponse:
+        try:
+            check_admin(CALLER.get())
+            if self.adapters is None:
+                raise NotReady("the models are not loaded yet")
+            await self.adapters.unload(request.lora_name)
+        except SluiceError as error:
+            await abort(context, error)
+            raise
+        return pb.UnloadLoraAdapterResponse()

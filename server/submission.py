@@ -1,7 +1,7 @@
 """How a decoded call reaches its model, for both APIs on the port (Sluice's InferenceService and KServe
 v2): the replica admission chose (NOT_FOUND for a model not served here) and the call's deadline; for a
-Generate, the request's extras resolved once (server/batching/extras.py: the tenant's prefix-cache salt,
-where a per-request adapter would be resolved), its constraint compiled off the event loop, then the
+Generate, the request's extras resolved once (server/batching/extras.py: the LoRA adapter its model name
+addresses, the prefix-cache salt), its constraint compiled off the event loop, then the
 scheduler's submit; for a Tokenize or Detokenize, the model's tokenizer asked on the event loop, as a
 Generate's tokenizing is (server/batching/requests.py): one tokenizer call, no model step. Decoding and
 answering stay with each API's servicer."""
@@ -67,7 +67,8 @@ async def submit_generation(
     scheduler = chosen_replica(schedulers, spec.model)
     deadline = call_deadline(context)
     tenant = CALLER.get()
-    extras = RequestExtras.of(spec, tenant_salt=tenant.entry.cache_salt if tenant is not None else "")
+    salt = tenant.entry.cache_salt if tenant is not None else ""
+    extras = RequestExtras.of(spec, tenant_salt=salt, adapters=scheduler.model.adapters)
     matcher = await scheduler.prepare(spec)
     seq = scheduler.submit(
         spec,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -15,6 +17,8 @@ import torch
 from server.domain import Array, ChatTurn, DType, ModelDescriptor, TensorSpec
 from server.errors import InvalidArgument, clip
 from server.kv.tensors import KvTensors
+from server.runtimes.lora import LoraAdapter
+from server.runtimes.lora_limits import AdapterError, LoraLimits
 from server.runtimes.step_batch import Prefill as Prefill  # where runtimes and plugins have imported it
 from server.runtimes.step_batch import StepBatch
 from server.tools.format import default_turns
@@ -182,6 +186,16 @@ class GenerativeModel(abc.ABC):
     #: Whether the runtime attends a prefix held in another region (Prefill.shared, StepBatch.prefixes;
     #: step_attention.py): the scheduler then references cached prefixes instead of copying them.
     shares_prefixes = False
+
+    #: The LoRA adapters this replica serves, by name: replaced whole, never mutated, by server/adapters.py
+    #: (a step or a submission reads one consistent table without a lock).
+    adapters: Mapping[str, LoraAdapter] = MappingProxyType({})
+
+    def read_adapter(self, name: str, path: Path, limits: LoraLimits) -> LoraAdapter:
+        """The PEFT adapter at `path`, on this replica's device, checked against this model (AdapterError
+        naming the file, the rank or the target modules where it cannot be served). Runtimes that apply
+        adapters in their step override this."""
+        raise AdapterError(f"model {self.descriptor.name} cannot serve LoRA adapters (its runtime has none)")
 
     def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
         """One scheduler step (server/batching/step.py calls this): logits [N, V] in `batch`'s row order. The

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from server.runtimes.lora_graph import lora_delta
 from server.runtimes.quantized import linear
 
 #: Each layer's weights, in this order; absent biases are zeros, so that every layer has the same shape. A
@@ -195,13 +196,18 @@ class LayerStack(torch.nn.Module):
         members: list[Tensor],
         rows: list[Tensor],
         group_masks: list[Tensor],
+        lora: list[list[list[Tensor]]],  # per adapter in the step, per layer: (A, B) of each projection
+        lora_rows: list[Tensor],  # per adapter in the step: its token rows (lora.segments)
     ) -> Tensor:
         total, width = x.shape[0], x.shape[1]
+        adapted = len(lora_rows) > 0  # no adapter in the step: the base model's ops and nothing more
         qk_width, half = (heads + kv) * dim, dim // 2
         for index in range(len(weights)):
             w = weights[index]  # as LAYER_WEIGHTS (TorchScript takes no module constants)
             h = F.rms_norm(x, [width], w[0], eps)
             qkv = linear(h, w[1], w[10], w[2])
+            if adapted:
+                qkv = lora_delta(h, qkv, lora, lora_rows, index, 0)
             qk = qkv[:, :qk_width].view(total, heads + kv, dim)
             qk = (
                 qk * cos + torch.cat([-qk[:, :, half:], qk[:, :, :half]], dim=-1) * sin
@@ -211,10 +217,20 @@ class LayerStack(torch.nn.Module):
                 qk[:, :heads], qk[:, heads:], values, k_cache[index], v_cache[index], flat_token, kv, dim,
                 chunks, chunk_masks, decode_offset, groups, members, rows, group_masks,
             )  # fmt: skip
-            x = x + linear(out, w[3], w[11], w[4])
+            projected = linear(out, w[3], w[11], w[4])
+            if adapted:
+                projected = lora_delta(out, projected, lora, lora_rows, index, 2)
+            x = x + projected
             h = F.rms_norm(x, [width], w[5], eps)
-            gate, up = linear(h, w[6], w[12], w[7]).chunk(2, dim=-1)
-            x = x + linear(self._gate(gate) * up, w[8], w[13], w[9])
+            gate_up = linear(h, w[6], w[12], w[7])
+            if adapted:
+                gate_up = lora_delta(h, gate_up, lora, lora_rows, index, 4)
+            gate, up = gate_up.chunk(2, dim=-1)
+            mixed = self._gate(gate) * up
+            down = linear(mixed, w[8], w[13], w[9])
+            if adapted:
+                down = lora_delta(mixed, down, lora, lora_rows, index, 6)
+            x = x + down
         return x
 
 

@@ -4,12 +4,15 @@ prefill and decode fused into one pass per step and long prompts prefilled in ch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
+from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
 from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
 from server.runtimes.llama import LlamaDecoder
+from server.runtimes.lora import LoraAdapter, LoraLimits, read_adapter, segments
 from server.runtimes.step_batch import StepBatch
 
 
@@ -31,6 +34,7 @@ class LlamaFamilyLm(HfGenerativeModel):
             dtype=dtype, quantization=quantization,
         )  # fmt: skip
         self._no_rows = torch.empty(0, dtype=torch.long, device=device)
+        self._adapted = False
         self.decoder = LlamaDecoder(
             checkpoint.path, checkpoint.config, dtype=dtype, device=device, quantization=quantization
         )
@@ -39,10 +43,29 @@ class LlamaFamilyLm(HfGenerativeModel):
         self.shares_prefixes = self.decoder.geometry.window is None
 
     def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
+        lora = ([], []) if not self._adapted else segments(
+            [len(p.token_ids) for p in batch.prefills], batch.prefill_extras, batch.decode_extras, self.device
+        )  # fmt: skip
         return self.decoder.forward(
             batch.prefills, batch.bases, batch.tokens, batch.positions, computing=computing,
-            prefixes=batch.prefixes,
+            prefixes=batch.prefixes, lora=lora,
         )  # fmt: skip
+
+    def read_adapter(self, name: str, path: Path, limits: LoraLimits) -> LoraAdapter:
+        # From the first adapter on, every step groups its rows by adapter (an unloaded adapter's running
+        # sequences keep theirs); before it, the step is the base model's alone, with no per-row Python.
+        self._adapted = True
+        config, decoder = self.checkpoint.config, self.decoder
+        layout = architecture_of(config)
+        assert isinstance(layout, Architecture)  # the native decoder runs only what the table names
+        hidden, inner = int(config.hidden_size), int(config.intermediate_size)
+        q, kv = decoder.heads * decoder.head_dim, decoder.kv_heads * decoder.head_dim
+        shapes = dict(zip(layout.attention, [(hidden, q), (hidden, kv), (hidden, kv)], strict=True))
+        shapes |= {layout.attention_out: (q, hidden), layout.mlp_out: (inner, hidden)}
+        shapes |= dict.fromkeys(layout.mlp, (hidden, inner))
+        return read_adapter(
+            name, path, layout, shapes, len(decoder.weights), limits, dtype=decoder.dtype, device=self.device
+        )
 
     def allocate_cache(self, tokens: int) -> int:
         return self.decoder.allocate(tokens, self.context_length)

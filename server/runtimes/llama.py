@@ -106,10 +106,12 @@ class LlamaDecoder:
         *,
         computing: Callable[[], None] = lambda: None,
         prefixes: Sequence[tuple[int, int]] = (),
+        lora: tuple[list[list[list[torch.Tensor]]], list[torch.Tensor]] = ([], []),
     ) -> torch.Tensor:
         """One step over prefill chunks and decoding rows; logits [N, V] for the chunks that end their
         prompt, then for every decoding row. `computing` runs where the scripted stack starts
-        (GenerativeModel.forward); `prefixes`, per decoding row, a prefix it attends apart."""
+        (GenerativeModel.forward); `prefixes`, per decoding row, a prefix it attends apart; `lora`, the
+        step's adapters and their token rows (lora.segments)."""
         device = self.device
         decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions
         if prefills:
@@ -134,7 +136,7 @@ class LlamaDecoder:
         computing()
         x = compiled(self.activation)(
             embedded, cos, sin, flat_token, self.kv.k, self.kv.v, self.weights,
-            self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(),
+            self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(), *lora,
         )  # fmt: skip
         last = attention.last_rows()
         h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)

@@ -11,6 +11,8 @@ from typing import Protocol
 
 import torch
 
+from server.runtimes.lora import RowAdapter
+
 
 @dataclass(frozen=True, slots=True)
 class Prefill:
@@ -26,9 +28,9 @@ class Prefill:
     shared: int = 0  # ... and its tokens: positions [0, shared) are read there, not at base
 
 
-class RowExtras(Protocol):
+class RowExtras(RowAdapter, Protocol):
     """What a runtime may read of one row's request extras (server/batching/extras.py's RequestExtras is
-    one): a per-request model extra a runtime uses (an adapter's slot) is declared here as well."""
+    one): a per-request model extra a runtime uses is declared here as well (the row's LoRA adapter)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1337,6 +1337,8 @@ class ModelInfo(_message.Message):
     DEVICE_FIELD_NUMBER: _builtins.int
     DTYPE_FIELD_NUMBER: _builtins.int
     QUANTIZATION_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    LORA_RANK_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The model name used in requests."""
     version: _builtins.str
@@ -1351,6 +1353,10 @@ class ModelInfo(_message.Message):
     """The weights' dtype, such as "float32" or "bfloat16"; empty where the model does not say."""
     quantization: _builtins.str
     """Weight-only quantization of the linear layers: "none", "int8" or "int4"."""
+    parent: _builtins.str
+    """The base model a LoRA adapter is served over; empty for a model of its own."""
+    lora_rank: _builtins.int
+    """A LoRA adapter's rank; 0 for a model of its own."""
     @_builtins.property
     def inputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorSpec]:
         """The inputs of a tensor model."""
@@ -1376,10 +1382,12 @@ class ModelInfo(_message.Message):
         device: _builtins.str = ...,
         dtype: _builtins.str = ...,
         quantization: _builtins.str = ...,
+        parent: _builtins.str = ...,
+        lora_rank: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "device", b"device", "dtype", b"dtype", "inputs", b"inputs", "kind", b"kind", "limits", b"limits", "name", b"name", "outputs", b"outputs", "quantization", b"quantization", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "device", b"device", "dtype", b"dtype", "inputs", b"inputs", "kind", b"kind", "limits", b"limits", "lora_rank", b"lora_rank", "name", b"name", "outputs", b"outputs", "parent", b"parent", "quantization", b"quantization", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1638,3 +1646,96 @@ class DetokenizeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DetokenizeResponse: _TypeAlias = DetokenizeResponse  # noqa: Y015
+
+@_typing.final
+class LoadLoraAdapterRequest(_message.Message):
+    """LoadLoraAdapterRequest names an adapter directory (adapter_config.json + adapter_model.safetensors)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LORA_NAME_FIELD_NUMBER: _builtins.int
+    LORA_PATH_FIELD_NUMBER: _builtins.int
+    BASE_MODEL_NAME_FIELD_NUMBER: _builtins.int
+    lora_name: _builtins.str
+    """The model name the adapter is served under."""
+    lora_path: _builtins.str
+    """The adapter's directory on the server's file system."""
+    base_model_name: _builtins.str
+    """The base model it adapts; empty: the one generative model that serves adapters."""
+    def __init__(
+        self,
+        *,
+        lora_name: _builtins.str = ...,
+        lora_path: _builtins.str = ...,
+        base_model_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_model_name", b"base_model_name", "lora_name", b"lora_name", "lora_path", b"lora_path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoadLoraAdapterRequest: _TypeAlias = LoadLoraAdapterRequest  # noqa: Y015
+
+@_typing.final
+class LoadLoraAdapterResponse(_message.Message):
+    """LoadLoraAdapterResponse describes the loaded adapter."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def model(self) -> Global___ModelInfo:
+        """The adapter as ListModels lists it."""
+
+    def __init__(
+        self,
+        *,
+        model: Global___ModelInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoadLoraAdapterResponse: _TypeAlias = LoadLoraAdapterResponse  # noqa: Y015
+
+@_typing.final
+class UnloadLoraAdapterRequest(_message.Message):
+    """UnloadLoraAdapterRequest names a loaded adapter."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LORA_NAME_FIELD_NUMBER: _builtins.int
+    lora_name: _builtins.str
+    """The adapter's model name."""
+    def __init__(
+        self,
+        *,
+        lora_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lora_name", b"lora_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnloadLoraAdapterRequest: _TypeAlias = UnloadLoraAdapterRequest  # noqa: Y015
+
+@_typing.final
+class UnloadLoraAdapterResponse(_message.Message):
+    """UnloadLoraAdapterResponse confirms the unload."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnloadLoraAdapterResponse: _TypeAlias = UnloadLoraAdapterResponse  # noqa: Y015

@@ -65,6 +65,16 @@ class InferenceServiceStub:
                 request_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeRequest.SerializeToString,
                 response_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeResponse.FromString,
                 _registered_method=True)
+        self.LoadLoraAdapter = channel.unary_unary(
+                '/sluice.inference.v1.InferenceService/LoadLoraAdapter',
+                request_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.LoadLoraAdapterRequest.SerializeToString,
+                response_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.LoadLoraAdapterResponse.FromString,
+                _registered_method=True)
+        self.UnloadLoraAdapter = channel.unary_unary(
+                '/sluice.inference.v1.InferenceService/UnloadLoraAdapter',
+                request_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.UnloadLoraAdapterRequest.SerializeToString,
+                response_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.UnloadLoraAdapterResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -114,6 +124,21 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadLoraAdapter(self, request, context):
+        """LoadLoraAdapter loads a LoRA adapter (PEFT's saved format) and serves it under its own model name;
+        needs an admin token where the server has a keys file.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadLoraAdapter(self, request, context):
+        """UnloadLoraAdapter stops serving a LoRA adapter; sequences already running keep it until they end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +171,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Detokenize,
                     request_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeRequest.FromString,
                     response_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeResponse.SerializeToString,
+            ),
+            'LoadLoraAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadLoraAdapter,
+                    request_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.LoadLoraAdapterRequest.FromString,
+                    response_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.LoadLoraAdapterResponse.SerializeToString,
+            ),
+            'UnloadLoraAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadLoraAdapter,
+                    request_deserializer=sluice_dot_inference_dot_v1_dot_inference__pb2.UnloadLoraAdapterRequest.FromString,
+                    response_serializer=sluice_dot_inference_dot_v1_dot_inference__pb2.UnloadLoraAdapterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +346,60 @@ class InferenceService:
             '/sluice.inference.v1.InferenceService/Detokenize',
             sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeRequest.SerializeToString,
             sluice_dot_inference_dot_v1_dot_inference__pb2.DetokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadLoraAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.inference.v1.InferenceService/LoadLoraAdapter',
+            sluice_dot_inference_dot_v1_dot_inference__pb2.LoadLoraAdapterRequest.SerializeToString,
+            sluice_dot_inference_dot_v1_dot_inference__pb2.LoadLoraAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadLoraAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.inference.v1.InferenceService/UnloadLoraAdapter',
+            sluice_dot_inference_dot_v1_dot_inference__pb2.UnloadLoraAdapterRequest.SerializeToString,
+            sluice_dot_inference_dot_v1_dot_inference__pb2.UnloadLoraAdapterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,12 @@ class InferenceServiceStub:
     """
     Detokenize: _grpc.UnaryUnaryMultiCallable[_inference_pb2.DetokenizeRequest, _inference_pb2.DetokenizeResponse]
     """Detokenize returns the text of token ids under a generative model's tokenizer."""
+    LoadLoraAdapter: _grpc.UnaryUnaryMultiCallable[_inference_pb2.LoadLoraAdapterRequest, _inference_pb2.LoadLoraAdapterResponse]
+    """LoadLoraAdapter loads a LoRA adapter (PEFT's saved format) and serves it under its own model name;
+    needs an admin token where the server has a keys file.
+    """
+    UnloadLoraAdapter: _grpc.UnaryUnaryMultiCallable[_inference_pb2.UnloadLoraAdapterRequest, _inference_pb2.UnloadLoraAdapterResponse]
+    """UnloadLoraAdapter stops serving a LoRA adapter; sequences already running keep it until they end."""
 
 @_typing.type_check_only
 class InferenceServiceAsyncStub(InferenceServiceStub):
@@ -67,6 +73,12 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
     """
     Detokenize: _aio.UnaryUnaryMultiCallable[_inference_pb2.DetokenizeRequest, _inference_pb2.DetokenizeResponse]  # type: ignore[assignment]
     """Detokenize returns the text of token ids under a generative model's tokenizer."""
+    LoadLoraAdapter: _aio.UnaryUnaryMultiCallable[_inference_pb2.LoadLoraAdapterRequest, _inference_pb2.LoadLoraAdapterResponse]  # type: ignore[assignment]
+    """LoadLoraAdapter loads a LoRA adapter (PEFT's saved format) and serves it under its own model name;
+    needs an admin token where the server has a keys file.
+    """
+    UnloadLoraAdapter: _aio.UnaryUnaryMultiCallable[_inference_pb2.UnloadLoraAdapterRequest, _inference_pb2.UnloadLoraAdapterResponse]  # type: ignore[assignment]
+    """UnloadLoraAdapter stops serving a LoRA adapter; sequences already running keep it until they end."""
 
 class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
     """InferenceService runs PyTorch models: batched tensor inference and streamed token generation."""
@@ -120,5 +132,23 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_inference_pb2.DetokenizeResponse, _abc.Awaitable[_inference_pb2.DetokenizeResponse]]:
         """Detokenize returns the text of token ids under a generative model's tokenizer."""
+
+    @_abc_1.abstractmethod
+    def LoadLoraAdapter(
+        self,
+        request: _inference_pb2.LoadLoraAdapterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inference_pb2.LoadLoraAdapterResponse, _abc.Awaitable[_inference_pb2.LoadLoraAdapterResponse]]:
+        """LoadLoraAdapter loads a LoRA adapter (PEFT's saved format) and serves it under its own model name;
+        needs an admin token where the server has a keys file.
+        """
+
+    @_abc_1.abstractmethod
+    def UnloadLoraAdapter(
+        self,
+        request: _inference_pb2.UnloadLoraAdapterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inference_pb2.UnloadLoraAdapterResponse, _abc.Awaitable[_inference_pb2.UnloadLoraAdapterResponse]]:
+        """UnloadLoraAdapter stops serving a LoRA adapter; sequences already running keep it until they end."""
 
 def add_InferenceServiceServicer_to_server(servicer: InferenceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
