@@ -17,7 +17,7 @@ from starlette.responses import Response
 from auth.keys import load_keys
 from process.access_log import AccessLog
 from process.tracing import start_tracing
-from shim import anthropic, health, native, openai, openai_responses, tokenize
+from shim import anthropic, health, lora, native, openai, openai_responses, tokenize
 from shim import kserve as kserve_v2
 from shim.admission.bound import InflightBound
 from shim.admission.middleware import AdmissionMiddleware
@@ -32,7 +32,9 @@ from shim.tracing import TracingMiddleware
 from shim.upstream.channel import open_upstream
 
 # Every API family, in the order their routes match: a new family is a folder and an entry here.
-FAMILIES: tuple[Family, ...] = (health, native, openai, openai_responses, kserve_v2, anthropic, tokenize)
+FAMILIES: tuple[Family, ...] = (
+    health, native, openai, openai_responses, kserve_v2, anthropic, tokenize, lora,
+)  # fmt: skip
 
 # Starlette's own HTTP errors (unknown route, wrong method) in the canonical vocabulary.
 _CODE_BY_HTTP_STATUS = {

@@ -109,6 +109,8 @@ class Model(BaseModel):
     owned_by: str
     # Sluice's own, beside OpenAI's (as vLLM adds max_model_len): the weights' weight-only quantization.
     quantization: str
+    # vLLM's: the base model a LoRA adapter is served over; null for a model of its own.
+    parent: str | None = None
 
 
 class ModelList(BaseModel):

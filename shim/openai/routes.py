@@ -172,6 +172,7 @@ def _model(info: pb.ModelInfo) -> dict[str, Any]:
         "created": STARTED,
         "owned_by": "sluice",
         "quantization": info.quantization or "none",
+        "parent": info.parent or None,  # a LoRA adapter's base model, as vLLM lists it
     }
 
 
