@@ -31,7 +31,7 @@ def base_model(source: Any) -> Any:
 
 
 def save_adapter(
-    base: Any, directory: Path, rank: int, alpha: int, targets: Sequence[str], seed: int
+    base: Any, directory: Path, rank: int, alpha: int, targets: Sequence[str], seed: int, scale: float = 0.2
 ) -> Path:
     """A PEFT LoRA adapter over `base` with seeded, non-zero A and B (PEFT starts B at zero, which would
     adapt nothing), saved with save_pretrained: adapter_config.json + adapter_model.safetensors."""
@@ -47,13 +47,13 @@ def save_adapter(
         with torch.no_grad():
             for name, parameter in model.named_parameters():
                 if "lora_" in name:
-                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
         model.save_pretrained(directory)
     return directory
 
 
 def merged_greedy(
-    base: Any, adapter: Path | None, prompts: Sequence[list[int]], tokens: int
+    base: Any, adapter: Path | None, prompts: Sequence[list[int]], tokens: int, pad: int = 0
 ) -> list[list[int]]:
     """PEFT's merged model's (or, `adapter` None, the base model's) greedy generate of each prompt; the
     merge is made into a copy of `base`."""
@@ -69,7 +69,7 @@ def merged_greedy(
         for prompt in prompts:
             ids = torch.tensor([prompt])
             generated = model.generate(
-                ids, max_new_tokens=tokens, do_sample=False, pad_token_id=0, eos_token_id=None
+                ids, max_new_tokens=tokens, do_sample=False, pad_token_id=pad, eos_token_id=None
             )
             out.append([int(t) for t in generated[0, ids.shape[1] :]])
     return out
