@@ -68,7 +68,7 @@ async def submit_generation(
     deadline = call_deadline(context)
     tenant = CALLER.get()
     salt = tenant.entry.cache_salt if tenant is not None else ""
-    extras = RequestExtras.of(spec, tenant_salt=salt, adapters=scheduler.model.adapters)
+    extras = RequestExtras.of(spec, tenant_salt=salt, model=scheduler.model)
     matcher = await scheduler.prepare(spec)
     seq = scheduler.submit(
         spec,

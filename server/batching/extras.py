@@ -10,10 +10,10 @@ resolves it from the decoded request; the step hands the extras to the runtime r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from server.domain import GenerateSpec
+from server.runtimes.base import GenerativeModel
 from server.runtimes.lora import LoraAdapter
 
 
@@ -28,11 +28,11 @@ class RequestExtras:
 
     @classmethod
     def of(
-        cls, spec: GenerateSpec, *, tenant_salt: str, adapters: Mapping[str, LoraAdapter] | None = None
+        cls, spec: GenerateSpec, *, tenant_salt: str, model: GenerativeModel | None = None
     ) -> RequestExtras:
-        """The extras of the decoded request `spec` from the caller `tenant_salt` names; `adapters`, those
-        the chosen replica serves by name."""
-        adapter = adapters.get(spec.model) if adapters else None
+        """The extras of the decoded request `spec` from the caller `tenant_salt` names, to run on `model`
+        (the replica admission chose: what it serves, such as its adapters by name)."""
+        adapter = model.adapters.get(spec.model) if model is not None else None
         if adapter is None:
             return cls(salt=tenant_salt)
         # Unique per load: a reload under the same name never reads what the former weights wrote.

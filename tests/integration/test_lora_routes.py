@@ -70,6 +70,9 @@ def test_load_use_list_unload_through_the_http_routes(
     client = openai.OpenAI(base_url=f"{shim.url}/v1", api_key="x")
     completion = client.completions.create(model="tuned", prompt=PROMPT, max_tokens=12, temperature=0.0)
     assert completion.choices[0].text == grpc_text(server, "tuned") != grpc_text(server, "llama")
+    # Metrics by model carry the adapter's name: its calls and tokens are its own, not its base's.
+    assert server.metric("sluice_requests_admitted_total", model="tuned") >= 2
+    assert server.metric("sluice_completion_tokens_total", model="tuned") >= 24
     gone = httpx.post(f"{shim.url}/v1/unload_lora_adapter", json={"lora_name": "tuned"}, timeout=60)
     assert gone.status_code == 200, gone.text
     with pytest.raises(openai.NotFoundError, match="tuned"):
