@@ -70,6 +70,10 @@ def test_load_use_list_unload_through_the_http_routes(
     client = openai.OpenAI(base_url=f"{shim.url}/v1", api_key="x")
     completion = client.completions.create(model="tuned", prompt=PROMPT, max_tokens=12, temperature=0.0)
     assert completion.choices[0].text == grpc_text(server, "tuned") != grpc_text(server, "llama")
+    # KServe v2's generate names the adapter as its model, as every API does.
+    v2 = {"text_input": PROMPT, "parameters": {"max_tokens": 12, "temperature": 0, "ignore_eos": True}}
+    answer = httpx.post(f"{shim.url}/v2/models/tuned/generate", json=v2, timeout=60)
+    assert answer.status_code == 200 and answer.json()["text_output"] == completion.choices[0].text, answer.text
     # Metrics by model carry the adapter's name: its calls and tokens are its own, not its base's.
     assert server.metric("sluice_requests_admitted_total", model="tuned") >= 2
     assert server.metric("sluice_completion_tokens_total", model="tuned") >= 24
