@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from server.errors import InvalidArgument, LimitExceeded, ModelNotFound, PermissionDenied, SluiceError
+from server.lora_metrics import register
 from server.runtimes.lora import AdapterError, LoraAdapter, LoraLimits
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from server.admission.tenants import Tenant
     from server.batching.continuous import ContinuousScheduler
     from server.lora_flags import LoraFlags
+    from server.metrics import Metrics
 
 
 class Served(Protocol):
@@ -53,12 +55,14 @@ class Adapters:
 
     @classmethod
     async def serve(
-        cls, servicer: Served, interceptor: AdmissionInterceptor, settings: LoraFlags
+        cls, servicer: Served, interceptor: AdmissionInterceptor, settings: LoraFlags, metrics: Metrics | None
     ) -> Adapters:
         """The server's adapters, --lora-modules loaded (ValueError naming the setting where one cannot)."""
         from server.lora_flags import parse_lora_modules
 
         adapters = cls(servicer, interceptor, settings.lora_limits)
+        if metrics is not None:
+            register(metrics.registry, lambda: servicer.schedulers, settings.max_loras)
         for name, path in parse_lora_modules(settings.lora_modules):
             try:
                 await adapters.load(name, path)

@@ -200,7 +200,9 @@ class SluiceServer:
             for name, gate in gates.items():
                 self.metrics.slots.labels(name, method).set(gate.slots)
                 self.metrics.queue_limit.labels(name, method).set(gate.max_waiting)
-        self.servicer.adapters = await Adapters.serve(self.servicer, self.interceptor, self.settings)
+        self.servicer.adapters = await Adapters.serve(
+            self.servicer, self.interceptor, self.settings, self.metrics
+        )
         self.interceptor.ready = True
         self.tasks.append(asyncio.create_task(self._track_readiness(), name="readiness"))
         # Everything alive now (torch, grpc, protobuf, the weights' Python objects) lives until exit: out of

@@ -73,7 +73,12 @@ def test_load_use_list_unload_through_the_http_routes(
     # KServe v2's generate names the adapter as its model, as every API does.
     v2 = {"text_input": PROMPT, "parameters": {"max_tokens": 12, "temperature": 0, "ignore_eos": True}}
     answer = httpx.post(f"{shim.url}/v2/models/tuned/generate", json=v2, timeout=60)
-    assert answer.status_code == 200 and answer.json()["text_output"] == completion.choices[0].text, answer.text
+    assert answer.status_code == 200 and answer.json()["text_output"] == completion.choices[0].text, (
+        answer.text
+    )
+    # What a gateway routes by (vLLM's lora_requests_info): the model with adapters, its limit; none running.
+    info = server.metric("sluice_lora_requests_info", model="llama", max_lora="4", running_lora_adapters="")
+    assert info > 0
     # Metrics by model carry the adapter's name: its calls and tokens are its own, not its base's.
     assert server.metric("sluice_requests_admitted_total", model="tuned") >= 2
     assert server.metric("sluice_completion_tokens_total", model="tuned") >= 24
