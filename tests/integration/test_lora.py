@@ -88,6 +88,8 @@ def test_adapters_and_base_decode_together_as_peft_merged_generate(
             assert results[model, prompt, 0] == want, (model, prompt)
             assert results[model, prompt, 1] == want, (model, prompt, "cached")
     assert len({tuple(results[m, PROMPTS[0], 0]) for m in models}) == len(models)  # each adapter adapts
+    # The second wave read cached prompts (its own adapter's only, or its tokens above would differ).
+    assert server.metric("sluice_prefix_cache_hits_total", model="llama") >= len(models)
 
 
 def test_adapters_are_listed_with_their_base(server: ServerProcess) -> None:
