@@ -8,12 +8,13 @@ request's extras), the servicer's model list (ListModels shows `parent`) and rou
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
-from server.errors import InvalidArgument, LimitExceeded, ModelNotFound, PermissionDenied, SluiceError
+from server.errors import InvalidArgument, LimitExceeded, ModelNotFound, PermissionDenied, SluiceError, clip
 from server.lora_metrics import register
 from server.runtimes.lora import AdapterError, LoraAdapter, LoraLimits
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from server.batching.continuous import ContinuousScheduler
     from server.lora_flags import LoraFlags
     from server.metrics import Metrics
+
+
+_NAME = re.compile(r"[A-Za-z0-9._/:@-]{1,128}")
 
 
 class Served(Protocol):
@@ -73,8 +77,11 @@ class Adapters:
     async def load(self, name: str, path: str, base: str = "") -> LoraAdapter:
         """Reads, checks and serves the adapter at `path` as model `name`; SluiceError where it cannot."""
         async with self._lock:
-            if not name:
-                raise InvalidArgument("lora_name must be set", field="lora_name")
+            if not _NAME.fullmatch(name):  # a model name and a metric label's list item: no commas, no spaces
+                raise InvalidArgument(
+                    f"lora_name {clip(name)!r} must be 1-128 letters, digits and . _ - / : @",
+                    field="lora_name",
+                )
             if name in self.servicer.models or name in self.servicer.batchers:
                 raise InvalidArgument(f"model {name!r} is already served; unload it first", field="lora_name")
             if len(self.bases) >= self.limits.max_loras:
@@ -93,7 +100,7 @@ class Adapters:
                     for s in replicas
                 ]
             except AdapterError as exc:
-                raise InvalidArgument(str(exc), field="lora_path") from None
+                raise InvalidArgument(clip(str(exc), 1000), field="lora_path") from None
             for scheduler, adapter in zip(replicas, read, strict=True):
                 scheduler.model.adapters = MappingProxyType({**scheduler.model.adapters, name: adapter})
             self.bases[name] = base

@@ -146,6 +146,11 @@ def test_malformed_adapters_are_refused_naming_the_file(
                 stub.LoadLoraAdapter(pb.LoadLoraAdapterRequest(lora_name=name, lora_path=str(path)))
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
             assert named in (refused.value.details() or ""), (name, refused.value.details())
+        with pytest.raises(grpc.RpcError) as named:  # a name that could not be a metric label's list item
+            stub.LoadLoraAdapter(pb.LoadLoraAdapterRequest(lora_name="a,b c", lora_path=str(wide)))
+        assert named.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "lora_name" in str(
+            named.value.details()
+        )
         with grpc.insecure_channel(server.target) as other:
             listed = pb_grpc.InferenceServiceStub(other).ListModels(pb.ListModelsRequest()).models
         assert not {m.name for m in listed} & set(cases)
