@@ -144,6 +144,32 @@ class AsyncSluiceClient(ClientBase):
             )
         return model_info_from_proto(response.model)
 
+    async def load_lora_adapter(
+        self,
+        name: str,
+        path: str,
+        *,
+        base_model: str = "",
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> ModelInfo:
+        """Loads the LoRA adapter (a PEFT directory on the server) as model `name`; its metadata. Needs an
+        admin token where the server has a keys file."""
+        request = pb.LoadLoraAdapterRequest(lora_name=name, lora_path=path, base_model_name=base_model)
+        with typed_errors():
+            response = await self._stub.LoadLoraAdapter(
+                request, timeout=self._deadline(timeout), metadata=self._metadata
+            )
+        return model_info_from_proto(response.model)
+
+    async def unload_lora_adapter(self, name: str, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Stops serving adapter `name`; raises NotFoundError where none is loaded by that name."""
+        with typed_errors():
+            await self._stub.UnloadLoraAdapter(
+                pb.UnloadLoraAdapterRequest(lora_name=name),
+                timeout=self._deadline(timeout),
+                metadata=self._metadata,
+            )
+
     async def close(self) -> None:
         """Close the channel; calls still in flight are cancelled."""
         await self._channel.close(grace=None)

@@ -222,4 +222,6 @@ def model_info_from_proto(info: pb.ModelInfo) -> ModelInfo:
         device=info.device,
         dtype=info.dtype,
         quantization=info.quantization,
+        parent=info.parent,
+        lora_rank=info.lora_rank,
     )

@@ -131,6 +131,27 @@ class SluiceClient(ClientBase):
             )
         return model_info_from_proto(response.model)
 
+    def load_lora_adapter(
+        self, name: str, path: str, *, base_model: str = "", timeout: float | None = None
+    ) -> ModelInfo:
+        """Loads the LoRA adapter (a PEFT directory on the server) as model `name`; its metadata. Needs an
+        admin token where the server has a keys file."""
+        request = pb.LoadLoraAdapterRequest(lora_name=name, lora_path=path, base_model_name=base_model)
+        with typed_errors():
+            response = self._stub.LoadLoraAdapter(
+                request, timeout=self._deadline(timeout), metadata=self._metadata
+            )
+        return model_info_from_proto(response.model)
+
+    def unload_lora_adapter(self, name: str, *, timeout: float | None = None) -> None:
+        """Stops serving adapter `name`; raises NotFoundError where none is loaded by that name."""
+        with typed_errors():
+            self._stub.UnloadLoraAdapter(
+                pb.UnloadLoraAdapterRequest(lora_name=name),
+                timeout=self._deadline(timeout),
+                metadata=self._metadata,
+            )
+
     def close(self) -> None:
         """Close the channel; calls still in flight are cancelled."""
         self._channel.close()

@@ -135,3 +135,5 @@ class ModelInfo:
     device: str = ""
     dtype: str = ""  # the weights' dtype, where the model says
     quantization: str = ""  # weight-only: none, int8 or int4 (empty from a server before issue 30)
+    parent: str = ""  # a LoRA adapter's base model; empty for a model of its own
+    lora_rank: int = 0  # a LoRA adapter's rank

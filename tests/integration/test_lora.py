@@ -117,8 +117,11 @@ def test_load_use_unload_reload_over_grpc(server: ServerProcess, built: tuple[Pa
         assert loaded.model.parent == "llama" and loaded.model.lora_rank == 4
         assert tokens(server, "again", PROMPTS[0]) == before
         stub.UnloadLoraAdapter(pb.UnloadLoraAdapterRequest(lora_name="again"))
-        stub.LoadLoraAdapter(pb.LoadLoraAdapterRequest(lora_name="ad4", lora_path=str(adapters["ad4"])))
-        assert tokens(server, "ad4", PROMPTS[0]) == before
+    with SluiceClient(server.target) as client:  # the Python client's helpers, the same RPCs
+        info = client.load_lora_adapter("ad4", str(adapters["ad4"]))
+        assert (info.parent, info.lora_rank) == ("llama", 4)
+        assert {m.name: m.parent for m in client.list_models()}["ad4"] == "llama"
+    assert tokens(server, "ad4", PROMPTS[0]) == before
 
 
 def test_malformed_adapters_are_refused_naming_the_file(
