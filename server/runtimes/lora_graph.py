@@ -18,6 +18,9 @@ def lora_delta(
         a = adapters[s][layer][slot]
         if a.numel() > 0:
             picked = rows[s]
-            delta = torch.matmul(torch.matmul(x.index_select(0, picked), a), adapters[s][layer][slot + 1])
-            y.index_add_(0, picked, delta)
+            b = adapters[s][layer][slot + 1]
+            if picked.shape[0] == x.shape[0]:  # every row is this adapter's (rows are disjoint): no gather
+                y.add_(torch.matmul(torch.matmul(x, a), b))
+            else:
+                y.index_add_(0, picked, torch.matmul(torch.matmul(x.index_select(0, picked), a), b))
     return y
