@@ -101,6 +101,11 @@ class Adapters:
                 ]
             except AdapterError as exc:
                 raise InvalidArgument(clip(str(exc), 1000), field="lora_path") from None
+            except Exception as exc:  # a file that parses but holds what torch cannot take: still a refusal
+                why = f"{type(exc).__name__}: {clip(str(exc))}"
+                raise InvalidArgument(
+                    f"{clip(path)}: the adapter could not be read ({why})", field="lora_path"
+                ) from None
             for scheduler, adapter in zip(replicas, read, strict=True):
                 scheduler.model.adapters = MappingProxyType({**scheduler.model.adapters, name: adapter})
             self.bases[name] = base
@@ -108,7 +113,7 @@ class Adapters:
             info = type(self.servicer.models[base])()
             info.CopyFrom(self.servicer.models[base])
             info.name, info.parent, info.lora_rank = name, base, read[0].rank
-            info.description = f"LoRA adapter of {base} ({read[0].rank}, {', '.join(read[0].targets)})"
+            info.description = f"LoRA adapter of {base}, rank {read[0].rank}: {', '.join(read[0].targets)}"
             self.servicer.models = dict(sorted({**self.servicer.models, name: info}.items()))
             for method in self.interceptor.methods.values():
                 if base in method.gates:

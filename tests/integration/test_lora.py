@@ -137,7 +137,12 @@ def test_malformed_adapters_are_refused_naming_the_file(
     wide = tmp_path / "wide"
     wide.mkdir()
     (wide / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 8}))
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    (garbage / "adapter_model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
     cases = {
+        "garbage": (garbage, "adapter_model.safetensors"),
         "missing": (tmp_path / "nowhere", "adapter_config.json"),
         "broken": (broken, "adapter_config.json"),
         "weightless": (wide, "adapter_model.safetensors"),
