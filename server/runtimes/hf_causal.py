@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,10 @@ import torch
 from server.kv.tensors import KvTensors
 from server.runtimes.base import GenerativeModel
 from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
+from server.runtimes.lora import LoraAdapter
+from server.runtimes.lora_hf import LoraHooks, read_hf_adapter
+from server.runtimes.lora_limits import LoraLimits
+from server.runtimes.step_batch import RowExtras, StepBatch
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +102,34 @@ class HfCausalLm(HfGenerativeModel):
         kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
         self.kv = KvTensors(layers, kv_heads, head_dim, dtype=dtype, device=device)
+        self._hooks: LoraHooks | None = None  # installed with the first adapter (lora_hf.py)
+
+    def read_adapter(self, name: str, path: Path, limits: LoraLimits) -> LoraAdapter:
+        adapter = read_hf_adapter(name, path, self.model, limits, dtype=self.dtype, device=self.device)
+        if self._hooks is None:
+            self._hooks = LoraHooks(self.model)
+        return adapter
+
+    def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
+        hooks = self._hooks
+        if hooks is None:
+            return super().step(batch, computing=computing)
+        computing()
+        parts = []
+        try:
+            if batch.prefills:  # one prompt a call: its one row's adapter
+                extras: Sequence[RowExtras | None] = batch.prefill_extras or [None] * len(batch.prefills)
+                logits = []
+                for prompt, row in zip(batch.prefills, extras, strict=True):
+                    hooks.set([row.adapter if row is not None else None])
+                    logits.append(self.prefill(prompt.base, prompt.token_ids, prompt.start))
+                parts.append(torch.stack(logits))
+            if batch.bases:
+                hooks.set([row.adapter for row in batch.decode_extras])
+                parts.append(self.decode(batch.bases, batch.tokens, batch.positions))
+        finally:
+            hooks.set(())
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _past(self, rows: torch.Tensor, span: int) -> Any:
         """The keys and values of tokens rows[b] + [0, span) as HF's cache, [B, kv, span, dim] per layer."""

@@ -56,9 +56,14 @@ class LoraAdapter:
     targets: tuple[str, ...]
     layers: list[list[torch.Tensor]]  # per layer: [A_qkv, B_qkv, A_out, B_out, A_gate_up, B_gate_up, ...]
     uid: int = field(default_factory=lambda: next(_UIDS))
+    # The generic path's instead (lora_hf.py): (A [in, r], B [r, out]) by the model's module name.
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer)
+        tensors = [t for layer in self.layers for t in layer] + [
+            t for pair in self.modules.values() for t in pair
+        ]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def read_adapter(
@@ -68,8 +73,8 @@ def read_adapter(
     """The adapter at `path` for a decoder of `layers` layers of `layout`, whose modules take and give
     `shapes` (module name -> (in, out) features); AdapterError naming the file, the rank or the target
     modules it cannot serve."""
-    config = _config(path)
-    weights = _weights(path)
+    config = config_of(path)
+    weights = weights_of(path)
     modules = {
         "qkv": layout.attention, "out": (layout.attention_out,), "gate_up": layout.mlp,
         "down": (layout.mlp_out,),
@@ -157,7 +162,7 @@ def _fused(
     return [a.to(dtype=dtype, device=device).contiguous(), b.to(dtype=dtype, device=device).contiguous()]
 
 
-def _config(path: Path) -> dict[str, Any]:
+def config_of(path: Path) -> dict[str, Any]:
     file = path / CONFIG_FILE
     if not file.is_file():
         raise AdapterError(
@@ -179,7 +184,7 @@ def _config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _weights(path: Path) -> dict[str, torch.Tensor]:
+def weights_of(path: Path) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
