@@ -57,8 +57,9 @@ class ServeFlags(PolicySettings):
     )
     quantization: str = setting(
         "none",
-        help="weight-only quantization of generative models' linear layers: none, int8 (per channel) or int4 "
-        "(groups of 32); GGUF Q4_0/Q4_1 and Q8_0 weights stay quantized (docs/quantization.md)",
+        help="quantization of generative models' linear layers: none, int8 (weights per channel), int4 "
+        "(weights, groups of 32) or w8a8_int8 (int8 weights and activations: the fastest at large batches on "
+        "a CPU); GGUF Q4_0/Q4_1 and Q8_0 weights stay quantized (docs/quantization.md)",
     )
     torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
     model_options: tuple[str, ...] = setting(

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from server.runtimes.quantized import linear
 
-#: Each layer's weights, in this order; absent biases are zeros, so that every layer has the same shape. A
+#: Each layer's weights, in this order; absent biases are empty, so that every layer has the same shape. A
 #: projection's scales are empty where it is dense, else it is packed (quantized.py's `linear`).
 LAYER_WEIGHTS = ("attn_norm", "qkv", "qkv_bias", "out", "out_bias", "mlp_norm", "gate_up", "gate_up_bias",
                  "down", "down_bias",
