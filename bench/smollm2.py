@@ -80,7 +80,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    parser.add_argument("--quantization", default="none", choices=("none", "int8", "int4", "w8a8_int8"), help="Sluice's")
+    parser.add_argument(
+        "--quantization", default="none", choices=("none", "int8", "int4", "w8a8_int8"), help="Sluice's"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     parser.add_argument("--quick", action="store_true", help="one repeat, 32 tokens per stream")

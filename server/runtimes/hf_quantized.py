@@ -1,7 +1,7 @@
-"""Weight-only quantization of the generic Hugging Face path: every nn.Linear of a loaded transformers model
-(its lm_head included, int8 under int4: quantized.head_mode) replaced by a PackedLinear holding the packed weight, so that
-transformers' own forward runs on quantized.py's kernels. Embeddings stay as the model has them
-(transformers looks rows up in an nn.Embedding); where lm_head is tied to them its packed copy is extra."""
+"""Quantization of the generic Hugging Face path: every nn.Linear of a loaded transformers model (its
+lm_head included, int8 under int4: quantized.head_mode) replaced by a PackedLinear holding the packed
+weight, so that transformers' own forward runs on quantized.py's kernels. Embeddings stay as the model has
+them (transformers looks rows up in an nn.Embedding); a tied lm_head is a packed copy."""
 
 from __future__ import annotations
 

@@ -104,7 +104,9 @@ def test_a_prepacked_bfloat16_weight_computes_what_f_linear_does() -> None:
         x = torch.randn(rows, 64).bfloat16()
         for scripted in (quantized.linear, scripted_function(quantized.linear)):
             assert torch.equal(scripted(x, packed, scales, bias), torch.nn.functional.linear(x, weight, bias))
-    assert torch.equal(quantized.linear(x, packed, scales, torch.empty(0)), torch.nn.functional.linear(x, weight))
+    assert torch.equal(
+        quantized.linear(x, packed, scales, torch.empty(0)), torch.nn.functional.linear(x, weight)
+    )
 
 
 def test_w8a8_decoder_and_generic_path_stay_close_to_the_dense_model(checkpoint: Path) -> None:
@@ -114,12 +116,16 @@ def test_w8a8_decoder_and_generic_path_stay_close_to_the_dense_model(checkpoint:
     error, agree = off_by(last_logits(w8a8, PROMPTS), dense)
     assert error < 0.2 and agree >= 0.75, (error, agree)  # as int8's bound: a sharp seeded model
     hf = HfCheckpoint(checkpoint, context_length=128)
-    model = HfCausalLm(hf, name="w", max_sequences=2, device=CPU, dtype=torch.float32, quantization="w8a8_int8")
+    model = HfCausalLm(
+        hf, name="w", max_sequences=2, device=CPU, dtype=torch.float32, quantization="w8a8_int8"
+    )
     model.allocate_cache(256)
     assert model.descriptor.quantization == "w8a8_int8"
     reference = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     with torch.inference_mode():
-        error, agree = off_by(model.prefill(0, PROMPTS[0]), reference(torch.tensor([PROMPTS[0]])).logits[0, -1])
+        error, agree = off_by(
+            model.prefill(0, PROMPTS[0]), reference(torch.tensor([PROMPTS[0]])).logits[0, -1]
+        )
     assert error < 0.2 and agree == 1.0, error
 
 
@@ -163,7 +169,9 @@ def test_the_generic_path_packs_every_linear_and_computes_the_dequantized_model(
     with torch.no_grad():
         for module in reference.modules():
             if isinstance(module, torch.nn.Linear):
-                chosen = "int8" if module is head else mode  # the output projection stays int8 (w8a8's kernel)
+                chosen = (
+                    "int8" if module is head else mode
+                )  # the output projection stays int8 (w8a8's kernel)
                 module.weight.copy_(quantized.quantize(module.weight, chosen).dequantize())
     with torch.inference_mode():
         logits = model.prefill(0, PROMPTS[0])
