@@ -116,12 +116,12 @@ def pack(
     kernels (their float32 forms have no fast path on CPU: 10-20x slower, docs/quantization.md), except
     where a CUDA int8 weight is dequantized per call in `dtype`. With `activations` (w8a8_int8) the scales
     are a float32 row [1, N] (their rank tells `linear`) and the weight oneDNN's prepacked int8 on a CPU,
-    else [K, N] for `torch._int_mm`."""
+    else the [K, N] view of it that `torch._int_mm` takes."""
     if weight.zeros is None and activations:
         scales = weight.scales.float()[None, :].to(device)
         if device.type == "cpu" and _onednn():
             return torch.ops.onednn.qlinear_prepack(weight.values.contiguous(), None), scales
-        return weight.values.t().contiguous().to(device), scales
+        return weight.values.contiguous().to(device).t(), scales  # column-major [K, N], as torchao passes it
     if weight.zeros is None:
         scales_dtype = dtype if device.type == "cuda" else torch.bfloat16
         return weight.values.to(device), weight.scales.to(device=device, dtype=scales_dtype)
