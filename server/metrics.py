@@ -43,6 +43,16 @@ class Metrics:
             ["tenant", "outcome"],
             registry=r,
         )
+        self.tenant_store_up = Gauge(
+            "sluice_tenant_store_up",
+            "1 while the tenant store (--tenant-store) answers: tenants' rates held fleet-wide.",
+            registry=r,
+        )
+        self.tenant_store_fallbacks = Counter(
+            "sluice_tenant_store_fallbacks_total",
+            "Calls whose tenant rate this replica decided alone (its share): the store did not answer.",
+            registry=r,
+        )
         self.slots = Gauge("sluice_admission_slots", "Requests a model runs at once.", mm, registry=r)
         self.queue_limit = Gauge(
             "sluice_admission_queue_limit", "Requests that may wait for a model's slots.", mm, registry=r
