@@ -37,12 +37,15 @@ def prompt_bytes(request: pb.GenerateRequest) -> bytes:
     return b""
 
 
-def block_hashes(data: bytes, *, block_bytes: int, seed: str) -> list[int]:
-    """The chained hashes of `data`'s whole blocks; a trailing partial block is not counted (the server
-    caches whole blocks only). Python's hash is salted per process: the index never leaves it."""
+def block_hashes(data: bytes, *, block_bytes: int, seed: str, max_blocks: int = 4096) -> list[int]:
+    """The chained hashes of `data`'s whole blocks, the first `max_blocks` of them (a prefix that long
+    already tells conversations apart, and a huge prompt costs the shim no more); a trailing partial block
+    is not counted (the server caches whole blocks only). Python's hash is salted per process: the index
+    never leaves it."""
     previous = hash(seed)
     hashes: list[int] = []
-    for start in range(0, len(data) - block_bytes + 1, block_bytes):
+    end = min(len(data), max_blocks * block_bytes) - block_bytes + 1
+    for start in range(0, end, block_bytes):
         previous = hash((previous, data[start : start + block_bytes]))
         hashes.append(previous)
     return hashes

@@ -38,6 +38,11 @@ def test_a_next_turn_shares_the_hashes_of_the_turn_before() -> None:
     assert hashes(chat(("user", "x" * 64)))[0] != hashes(chat(("system", "x" * 64)))[0]
 
 
+def test_a_huge_prompt_is_indexed_by_its_first_blocks_only() -> None:
+    huge = block_hashes(b"x" * (1 << 20), block_bytes=64, seed="s")
+    assert len(huge) == 4096 and huge == block_hashes(b"x" * (1 << 19), block_bytes=64, seed="s")
+
+
 def test_tenants_salts_keep_equal_prompts_apart() -> None:
     request = chat(("user", "the same words " * 10))
     assert hashes(request, "tenant:a") != hashes(request, "tenant:b")
