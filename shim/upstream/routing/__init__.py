@@ -11,9 +11,8 @@ from sluice.inference.v1 import inference_pb2_grpc
 
 from clients.targets import resolve_target
 from shim.config import ShimSettings
-from shim.upstream.routing.policy import GenerateCall, Routing
+from shim.upstream.routing.policy import GenerateCall, RoundRobin, Routing
 from shim.upstream.routing.prefix import PrefixRouting, PrefixRules
-from shim.upstream.routing.round_robin import RoundRobin
 
 __all__ = ["ROUTINGS", "GenerateCall", "Routing", "check_routing", "open_routing", "replica_addresses"]
 
