@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         args.replicas, args.sessions, args.turns, args.repeats, args.opening_words = 2, 4, 3, 1, 40
     flags = ("--models", "byte-lm", "--model-options", f"byte-lm.size={args.size}",
-             "--context-length", str(args.context_length), "--max-concurrency", str(max(8, args.sessions)),
+             "--context-length", str(args.context_length),
              "--probe-interval-s", "0.2")  # fmt: skip
     results: dict[str, list[list[Turn]]] = {"round_robin": [], "prefix": []}
     calls: dict[str, list[list[float]]] = {"round_robin": [], "prefix": []}
