@@ -70,13 +70,19 @@ return redis.call('ZCARD', KEYS[1])
 class FleetRates:
     def __init__(self, url: str, metrics: Metrics, *, timeout_s: float = 0.05) -> None:
         import redis  # only a server with a store imports the client
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         self.url = url
         self.metrics = metrics
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.replicas = 1  # the fleet's size as last counted in the store (1 until it is)
         self.up = False
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        # No retries (redis-py's default is 10 with back-off): a call waits one timeout at most, then this
+        # replica decides alone; the heartbeat is what tries again.
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        )
         self._take = self._client.register_script(_TAKE)
         self._heartbeat = self._client.register_script(_HEARTBEAT)
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
