@@ -85,7 +85,6 @@ class FleetRates:
         )
         self._take = self._client.register_script(_TAKE)
         self._heartbeat = self._client.register_script(_HEARTBEAT)
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # `up` is written by the heartbeat thread and the event loop
         self._warned = False  # the first failure is logged even when the store was never up
@@ -101,7 +100,9 @@ class FleetRates:
             return None
         try:
             answer: Any = self._take(keys=[_KEY + tenant], args=[repr(rate_per_s)])
-        except self._errors as error:
+        # Whatever the client raises (a connection error, a reply cut short by a dying server, a closed
+        # pool): the store is optional, and a call must not fail because of it.
+        except Exception as error:
             self._down(error)
             self.metrics.tenant_store_fallbacks.inc()
             return None
@@ -123,7 +124,7 @@ class FleetRates:
     def _beat(self) -> None:
         try:
             self.replicas = max(1, int(self._heartbeat(keys=[_REPLICAS], args=[self.replica, _ALIVE_S])))
-        except self._errors as error:
+        except Exception as error:  # as in take(): any failure is the store's
             self._down(error)
             return
         with self._lock:

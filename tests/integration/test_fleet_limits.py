@@ -156,10 +156,11 @@ def test_a_tenants_rate_holds_across_replicas_and_falls_back_to_shares(
         restored = load.window()
     finally:
         load.close()
-    assert RATE * 0.9 <= fleet_wide <= RATE * 1.1, fleet_wide
+    figures = {"fleet-wide": fleet_wide, "fallback": fallback, "restored": restored}
+    assert RATE * 0.9 <= fleet_wide <= RATE * 1.1, figures
     # Each replica allows R/3 alone: the fleet about R, never a refusal for any other reason.
-    assert RATE * 0.9 <= fallback <= RATE * 1.15, fallback
-    assert RATE * 0.9 <= restored <= RATE * 1.1, restored
+    assert RATE * 0.9 <= fallback <= RATE * 1.15, figures
+    assert RATE * 0.9 <= restored <= RATE * 1.1, figures
     codes = {code for at, code in load.outcomes}
     assert codes <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
     assert any(at > stopped_at and code == grpc.StatusCode.OK for at, code in load.outcomes)
