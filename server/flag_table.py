@@ -127,6 +127,13 @@ class ServeFlags(PolicySettings):
         False, help="write the whole KV cache at start-up (CPU: make it resident)"
     )
     prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
+    kv_events_endpoint: str | None = setting(
+        None, help="ZMQ endpoint publishing the prefix cache's changes as vLLM's KV events (tcp://*:5557)",
+        shown="none",
+    )  # fmt: skip
+    kv_events_replay_endpoint: str | None = setting(
+        None, help="ZMQ endpoint resending KV events a subscriber missed (tcp://*:5558)", shown="none"
+    )
     prefix_sharing: bool = setting(
         True, help="attend a cached prefix where it lies instead of copying it (runtimes that can)"
     )
