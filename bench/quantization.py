@@ -38,7 +38,7 @@ QUESTIONS = [
     "Tell me a joke about computers.", "What is gravity?", "List three healthy breakfasts.",
     "Translate 'good morning' into Spanish.", "What is a prime number?",
 ]  # fmt: skip
-SETTINGS = ("float32", "bfloat16", "int8", "int4")
+SETTINGS = ("float32", "bfloat16", "int8", "int4", "w8a8_int8")
 
 
 def variant(base: Any, setting: str) -> Any:
@@ -84,7 +84,7 @@ def native_weight_bytes(setting: str) -> int:
 
     path = smollm2_gguf()
     dtype = torch.bfloat16 if setting == "bfloat16" else torch.float32
-    mode = setting if setting in ("int8", "int4") else "none"
+    mode = setting if setting in ("int8", "int4", "w8a8_int8") else "none"
     return LlamaDecoder(
         path, read_config(path), dtype=dtype, device=torch.device("cpu"), quantization=mode
     ).weights_bytes()

@@ -9,7 +9,7 @@ with h2load (a C client, so that the server alone is timed, as the llama.cpp ser
 Python gRPC client beside it.
 
     make bench-llamacpp   # once: builds llama-cpp-python (about 10 minutes on 2 cores)
-    .venv/bin/python -m bench.smollm2 [--dtype bfloat16|float32] [--quantization none|int8|int4]
+    .venv/bin/python -m bench.smollm2 [--dtype bfloat16|float32] [--quantization none|int8|int4|w8a8_int8]
         [--repeats 3] [--tokens 128] [--quick]
 
 With --quantization int4 Sluice keeps the file's Q4_1 blocks (docs/quantization.md), as llama.cpp does; the
@@ -80,7 +80,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    parser.add_argument("--quantization", default="none", choices=("none", "int8", "int4"), help="Sluice's")
+    parser.add_argument(
+        "--quantization", default="none", choices=("none", "int8", "int4", "w8a8_int8"), help="Sluice's"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     parser.add_argument("--quick", action="store_true", help="one repeat, 32 tokens per stream")

@@ -7,14 +7,16 @@
 #   promtool  prometheus        tests/integration/test_dashboards.py (deploy/prometheus rules)
 #   node      nodejs            the five Node test modules (clients/node)
 #   npm       npm               `npm ci` in clients/node below
+#   redis-server redis-server   tests/integration/test_fleet_limits.py (tenants' rates held in Redis)
 # envoy, grpcurl and schemathesis come from requirements.lock (PyPI wheels) and are checked in .venv/bin.
 # Installed with apt-get where this runs as root; elsewhere it exits non-zero naming what to install. `make test`
 # runs this before pytest (which, with CI=true, fails a test skipped for a missing tool: tests/support/skips.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tools=(h2load chromium promtool node npm)
-declare -A package=([h2load]=nghttp2-client [chromium]=chromium [promtool]=prometheus [node]=nodejs [npm]=npm)
+tools=(h2load chromium promtool node npm redis-server)
+declare -A package=([h2load]=nghttp2-client [chromium]=chromium [promtool]=prometheus [node]=nodejs [npm]=npm
+  [redis-server]=redis-server)
 venv_tools=(envoy grpcurl schemathesis)
 
 missing_tools() {

@@ -58,7 +58,11 @@ class Settings(ServeFlags):
             "dtype",
             "must be auto, float32, bfloat16 or float16",
         )
-        _check(self.quantization in ("none", "int8", "int4"), "quantization", "must be none, int8 or int4")
+        _check(
+            self.quantization in ("none", "int8", "int4", "w8a8_int8"),
+            "quantization",
+            "must be none, int8, int4 or w8a8_int8",
+        )
         _check(0 < self.kv_cache_memory <= 1, "kv_cache_memory", "must be in (0, 1]")
         _check(
             self.prefill_chunk_tokens is None or self.prefill_chunk_tokens >= 1,

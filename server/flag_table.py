@@ -58,8 +58,9 @@ class ServeFlags(PolicySettings, LoraFlags):
     )
     quantization: str = setting(
         "none",
-        help="weight-only quantization of generative models' linear layers: none, int8 (per channel) or int4 "
-        "(groups of 32); GGUF Q4_0/Q4_1 and Q8_0 weights stay quantized (docs/quantization.md)",
+        help="quantization of generative models' linear layers: none, int8 (weights per channel), int4 "
+        "(weights, groups of 32) or w8a8_int8 (int8 weights and activations: the fastest at large batches on "
+        "a CPU); GGUF Q4_0/Q4_1 and Q8_0 weights stay quantized (docs/quantization.md)",
     )
     torch_threads: int = setting(0, help="torch intra-op threads; 0 = all cores but one", unit="threads")
     model_options: tuple[str, ...] = setting(
@@ -127,6 +128,13 @@ class ServeFlags(PolicySettings, LoraFlags):
         False, help="write the whole KV cache at start-up (CPU: make it resident)"
     )
     prefix_cache: bool = setting(True, help="reuse the keys and values of cached prompt prefixes")
+    kv_events_endpoint: str | None = setting(
+        None, help="ZMQ endpoint publishing the prefix cache's changes as vLLM's KV events (tcp://*:5557)",
+        shown="none",
+    )  # fmt: skip
+    kv_events_replay_endpoint: str | None = setting(
+        None, help="ZMQ endpoint resending KV events a subscriber missed (tcp://*:5558)", shown="none"
+    )
     prefix_sharing: bool = setting(
         True, help="attend a cached prefix where it lies instead of copying it (runtimes that can)"
     )

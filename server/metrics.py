@@ -17,6 +17,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from auth.keys import bearer_token
 from process.trace_export import DROP_REASONS
+from server.protocol_metrics import ProtocolMetrics
 
 _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -40,6 +41,16 @@ class Metrics:
             "sluice_tenant_requests_total",
             "Requests by tenant (--auth-keys) and outcome: admitted, or the refusal's reason.",
             ["tenant", "outcome"],
+            registry=r,
+        )
+        self.tenant_store_up = Gauge(
+            "sluice_tenant_store_up",
+            "1 while the tenant store (--tenant-store) answers: tenants' rates held fleet-wide.",
+            registry=r,
+        )
+        self.tenant_store_fallbacks = Counter(
+            "sluice_tenant_store_fallbacks_total",
+            "Calls whose tenant rate this replica decided alone (its share): the store did not answer.",
             registry=r,
         )
         self.slots = Gauge("sluice_admission_slots", "Requests a model runs at once.", mm, registry=r)
@@ -235,6 +246,8 @@ class Metrics:
         )
         for reason in DROP_REASONS:  # each shows at 0 from the start: an alert on it needs the series
             self.trace_spans_dropped.labels(reason)
+        # The Inference Gateway's model-server protocol: totals an endpoint picker scrapes.
+        r.register(ProtocolMetrics(self))
 
     def trace_export(self, outcome: str, spans: int) -> None:
         """What became of `spans` spans (the export process reports it as it happens)."""

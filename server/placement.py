@@ -20,6 +20,7 @@ from server.config import Settings
 from server.domain import GenerateSpec
 from server.errors import SluiceError
 from server.kv.arena import ALIGN
+from server.kv.prefix import PrefixEvents
 from server.memory.breaker import MemoryBreaker
 from server.memory.capacity import kv_tokens, plan_capacity
 from server.memory.probes import make_probe
@@ -161,6 +162,7 @@ async def _start_generative_model(
         metrics=metrics,
         device_label=placement.label,
         prompt_check=prompt_check,
+        kv_events=_kv_events(s, model),
     )
     rows = min(
         s.max_sequences, tokens // ALIGN, CPU_WARM_ROWS if model.device.type == "cpu" else s.max_sequences
@@ -168,6 +170,15 @@ async def _start_generative_model(
     await worker.run(_warm_generative, model, s.warmup_steps, rows)
     placement.tasks.append(asyncio.create_task(scheduler.run(), name=f"scheduler-{model.descriptor.name}"))
     return scheduler
+
+
+def _kv_events(s: Settings, model: GenerativeModel) -> PrefixEvents | None:
+    if s.kv_events_endpoint is None:
+        return None
+    from server.kv.events import publisher
+
+    events = publisher(s.kv_events_endpoint, s.kv_events_replay_endpoint)
+    return events.sink(model.descriptor.name, model.device.type)
 
 
 def _warm_generative(model: GenerativeModel, steps: int, rows: int) -> None:

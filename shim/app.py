@@ -30,6 +30,7 @@ from shim.metrics import CountingMiddleware, ShimMetrics
 from shim.refusals import internal_error
 from shim.tracing import TracingMiddleware
 from shim.upstream.channel import open_upstream
+from shim.upstream.routing import check_routing
 
 # Every API family, in the order their routes match: a new family is a folder and an entry here.
 FAMILIES: tuple[Family, ...] = (
@@ -76,13 +77,14 @@ async def _on_unexpected_error(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: ShimSettings) -> FastAPI:
     """The shim's ASGI app; the upstream channel opens in the lifespan, inside the serving event loop."""
+    check_routing(settings)  # a routing that cannot serve the target fails start-up, not the first call
     tracing = start_tracing(
         settings.otlp_endpoint, sampling_ratio=settings.otlp_sampling_ratio, service="sluice-shim"
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        upstream = open_upstream(settings, trace_context=tracing.enabled)
+        upstream = open_upstream(settings, trace_context=tracing.enabled, routed=app.state.metrics.routed)
         app.state.upstream = upstream
         try:
             yield

@@ -95,6 +95,30 @@ class ShimSettings:
         (),
         help="origins allowed to call the API from a browser, comma-separated, or *; none: no CORS headers",
     )
+    routing: str = setting(
+        "round_robin",
+        help="how Generate calls spread over the replicas: round_robin (the channel's own), or prefix (to "
+        "the replica that was sent the prompt's prefix, unless it is loaded past --routing-imbalance)",
+    )
+    routing_block_bytes: int = setting(
+        64, help="prefix routing: the prompt's bytes are indexed in blocks of this size", unit="bytes"
+    )
+    routing_index_blocks: int = setting(
+        65536, help="prefix routing: block hashes remembered per replica, least recently sent out first",
+        unit="blocks",
+    )  # fmt: skip
+    routing_min_match: float = setting(
+        0.5, help="prefix routing: a shorter match (a fraction of the prompt's blocks) goes to the least "
+        "loaded replica",
+        unit="fraction",
+    )  # fmt: skip
+    routing_imbalance: float = setting(
+        2.0, help="prefix routing: a replica whose expected wait exceeds this many times the least one's "
+        "gives way to the least loaded", unit="ratio",
+    )  # fmt: skip
+    routing_probe_s: float = setting(
+        1.0, help="prefix routing: interval of each replica's readiness check", unit="seconds"
+    )
     otlp_endpoint: str | None = setting(
         None, help="OpenTelemetry collector (OTLP/gRPC, host:port or http(s)://host:port) traces are sent to",
         shown="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing",
@@ -116,6 +140,14 @@ class ShimSettings:
             raise ValueError("upstream_cert and upstream_key go together")
         if self.upstream_cert is not None and self.upstream_ca is None:
             raise ValueError("upstream_cert needs upstream_ca (a client certificate is only sent over TLS)")
+        if self.routing_block_bytes < 1 or self.routing_index_blocks < 1:
+            raise ValueError("routing_block_bytes and routing_index_blocks must be at least 1")
+        if not 0.0 <= self.routing_min_match <= 1.0:
+            raise ValueError(f"routing_min_match must be a fraction in [0, 1], got {self.routing_min_match}")
+        if not self.routing_imbalance >= 1.0:
+            raise ValueError(f"routing_imbalance must be at least 1, got {self.routing_imbalance}")
+        if not self.routing_probe_s > 0:
+            raise ValueError(f"routing_probe_s must be positive, got {self.routing_probe_s}")
         if not self.upstream.strip():
             raise ValueError("upstream must be a non-empty gRPC target such as 127.0.0.1:50051")
         if not self.host.strip():

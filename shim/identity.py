@@ -19,6 +19,8 @@ _MAX_ID_CHARS = 128
 
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)
+#: The tenant's prefix-cache salt (auth/keys.py): prefix routing keeps tenants apart as the server does.
+CACHE_SALT: contextvars.ContextVar[str | None] = contextvars.ContextVar("cache_salt", default=None)
 #: The token of the request being served; the middleware sets it, the upstream interceptors read it.
 FORWARDED_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("forwarded_token", default=None)
 

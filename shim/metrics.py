@@ -37,6 +37,10 @@ class ShimMetrics:
             "Time from sending an upstream call to its answer (streams: to their first message).",
             ["route"], buckets=_LATENCY, registry=r,
         )  # fmt: skip
+        self.routed = Counter(
+            "sluice_shim_routed_total", "Generate calls sent to each replica by prefix routing, and why.",
+            ["replica", "reason"], registry=r,
+        )  # fmt: skip
         self._counted: dict[tuple[str, int], Any] = {}
         self._shared_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 

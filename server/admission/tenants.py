@@ -9,11 +9,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from auth.keys import TenantEntry, bearer_token, load_keys, match
 from server.errors import PermissionDenied, TenantQuota, Unauthenticated, clip
 from server.priority import Priority
 from wire import metadata as metadata_names
+
+if TYPE_CHECKING:
+    from server.admission.fleet_rates import FleetRates
 
 AUTHORIZATION = metadata_names.AUTHORIZATION
 TENANT_KEY = metadata_names.TENANT
@@ -58,20 +62,46 @@ class Tenant:
                 metadata={"tenant": self.name, "model": model},
             )
 
-    def take(self, model: str, slots: int, now: float) -> None:
+    def take(self, model: str, slots: int, now: float, fleet: FleetRates | None = None) -> None:
         """Counts one call against the tenant's rate and its share of `model`'s `slots` (raising
-        TenantQuota, before it queues); release() gives the share back."""
+        TenantQuota, before it queues); release() gives the share back. With `fleet` (--tenant-store) the
+        rate is counted across the replicas, or against this replica's share of it while the store is down."""
+        if fleet is not None and math.isfinite(self.rate_per_s):
+            held = self._check_share(model, slots)  # first: a refused share must not spend a fleet token
+            wait = fleet.take(self.name, self.rate_per_s)
+            if wait is None:
+                self._take_local(fleet.local_rate(self.rate_per_s), now, spend=True)
+            elif wait > 0:
+                raise self._over_rate(self.rate_per_s, wait)
+            self.holding[model] = held + 1
+            return
         limited = math.isfinite(self.rate_per_s)
         if limited:
-            self.tokens = min(self.rate_per_s, self.tokens + (now - self.refilled) * self.rate_per_s)
-            self.refilled = now
-        if limited and self.tokens < 1.0:
-            wait = (1.0 - self.tokens) / self.rate_per_s
-            raise TenantQuota(
-                f"tenant {self.name!r} is over its rate of {self.rate_per_s:g} requests/s",
-                metadata={"tenant": self.name, "limit": "rate_per_s"},
-                retry_after_s=round(max(wait, 0.001), 3),
-            )
+            self._take_local(self.rate_per_s, now, spend=False)
+        held = self._check_share(model, slots)
+        if limited:
+            self.tokens -= 1.0
+        self.holding[model] = held + 1
+
+    def _take_local(self, rate: float, now: float, *, spend: bool) -> None:
+        """This replica's bucket at `rate`, holding at most `rate` tokens (one, for a share under 1/s):
+        refilled, then a token checked (and spent if `spend`)."""
+        self.tokens = min(max(1.0, rate), self.tokens + (now - self.refilled) * rate)
+        self.refilled = now
+        if self.tokens < 1.0:
+            raise self._over_rate(rate, (1.0 - self.tokens) / rate)
+        if spend:
+            self.tokens -= 1.0
+
+    def _over_rate(self, rate: float, wait: float) -> TenantQuota:
+        return TenantQuota(
+            f"tenant {self.name!r} is over its rate of {rate:g} requests/s",
+            metadata={"tenant": self.name, "limit": "rate_per_s"},
+            retry_after_s=round(max(wait, 0.001), 3),
+        )
+
+    def _check_share(self, model: str, slots: int) -> int:
+        """What the tenant holds of `model`, raising TenantQuota where that is its whole share."""
         cap = max(1, math.floor(self.share * slots))
         held = self.holding.get(model, 0)
         if held >= cap:
@@ -80,9 +110,7 @@ class Tenant:
                 metadata={"tenant": self.name, "limit": "share", "share_slots": cap},
                 retry_after_s=0.1,
             )
-        if limited:
-            self.tokens -= 1.0
-        self.holding[model] = held + 1
+        return held
 
     def release(self, model: str) -> None:
         self.holding[model] -= 1

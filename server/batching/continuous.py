@@ -35,6 +35,7 @@ from server.batching.text import TextAssembler
 from server.batching.worker import ModelWorker
 from server.domain import FinishReason, GenerateSpec, TokenChunk
 from server.errors import ShuttingDown, SluiceError
+from server.kv.prefix import PrefixEvents
 from server.memory.breaker import MemoryBreaker
 from server.metrics import Metrics
 from server.runtimes.base import GenerativeModel
@@ -59,12 +60,12 @@ class ContinuousScheduler:
         prefix_sharing: bool = True,  # a cached prefix is attended in place where the runtime can
         device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
         prompt_check: Callable[[str, GenerateSpec, int], SluiceError | None] | None = None,  # admission's
+        kv_events: PrefixEvents | None = None,  # --kv-events-endpoint (server/kv/events.py)
     ) -> None:
         self.model, self.worker, name = model, worker, model.descriptor.name
         sharing = prefix_sharing and model.shares_prefixes
-        self.memory = KvMemory(
-            kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name, sharing=sharing
-        )
+        self.memory = KvMemory(kv_tokens, prefix_cache=prefix_cache, metrics=metrics, model=name,
+                               sharing=sharing, events=kv_events)  # fmt: skip
         self.limits, self.stream_buffer, self.stall_timeout_s = limits, stream_buffer, stall_timeout_s
         self.prompt_check = prompt_check  # policies that need the prompt's token count (their `prompt`)
         # None: whole prompts (a runtime that cannot prefill from mid-prompt), as many as slots allow.

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from server.batching.sequence import GenSequence
 from server.kv.arena import Region, RegionArena, aligned
-from server.kv.prefix import PrefixCache
+from server.kv.prefix import PrefixCache, PrefixEvents
 from server.metrics import Metrics
 
 #: Cached prefixes kept at most, whatever memory is free: each holds its token ids on the event loop's side
@@ -37,10 +37,10 @@ LOOKAHEAD = 32
 class KvMemory:
     def __init__(
         self, tokens: int, *, prefix_cache: bool, metrics: Metrics, model: str, max_cached: int = MAX_CACHED,
-        sharing: bool = False,
+        sharing: bool = False, events: PrefixEvents | None = None,
     ) -> None:  # fmt: skip
         self.arena = RegionArena(tokens)
-        self.prefix = PrefixCache(enabled=prefix_cache)
+        self.prefix = PrefixCache(enabled=prefix_cache, events=events)
         # A hit is attended where it lies (the runtime reads a prefix apart: StepAttention), not copied.
         self.sharing = sharing and prefix_cache
         self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order

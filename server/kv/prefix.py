@@ -12,8 +12,19 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from server.kv.arena import ALIGN, Region
+
+
+class PrefixEvents(Protocol):
+    """Where the cache reports what it makes findable and forgets (server/kv/events.py publishes it)."""
+
+    def stored(
+        self, hashes: list[int], parent: int | None, tokens: list[int], salt: str, first: bool
+    ) -> None: ...
+
+    def removed(self, hashes: list[int]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +70,9 @@ def common_blocks(region: Region, tokens: Sequence[int], blocks: int) -> int:
 
 
 class PrefixCache:
-    def __init__(self, *, enabled: bool) -> None:
+    def __init__(self, *, enabled: bool, events: PrefixEvents | None = None) -> None:
         self.enabled = enabled
+        self.events = events  # --kv-events-endpoint: each block found or forgotten, published
         self._blocks: dict[int, tuple[Region, int]] = {}  # block hash -> (region, block index)
 
     def __len__(self) -> int:
@@ -102,13 +114,26 @@ class PrefixCache:
         full = min(region.written, len(region.tokens)) // ALIGN
         if full <= len(region.hashes):
             return
+        before = len(region.hashes)
         region.hashes = block_hashes(region.tokens, salt, full, region.hashes or known)
-        for index, digest in enumerate(region.hashes):
-            self._blocks.setdefault(digest, (region, index))
+        stored = [
+            i
+            for i, digest in enumerate(region.hashes)
+            if self._blocks.setdefault(digest, (region, i))[0] is region
+        ]
+        if self.events is not None and (new := [i for i in stored if i >= before]):
+            first, last = new[0], new[-1] + 1  # blocks are stored in order: one run
+            tokens = list(region.tokens[first * ALIGN : last * ALIGN])
+            parent = region.hashes[first - 1] if first else None
+            self.events.stored(region.hashes[first:last], parent, tokens, salt, first == 0)
 
     def forget(self, region: Region) -> None:
         """The region is freed or evicted: its blocks are no longer found there."""
+        removed = []
         for digest in region.hashes:
             if self._blocks.get(digest, (None, 0))[0] is region:
                 del self._blocks[digest]
+                removed.append(digest)
+        if self.events is not None:
+            self.events.removed(removed)
         region.hashes = []

@@ -33,7 +33,7 @@ class HfOptions:
         "generic: transformers' own forward; auto: native where it can",
     )
     gguf: str = setting("", help="the GGUF file to serve, where the entry's directory holds several")
-    quantization: Literal["auto", "none", "int8", "int4"] = setting(
+    quantization: Literal["auto", "none", "int8", "int4", "w8a8_int8"] = setting(
         "auto", help="this model's weight-only quantization (auto: the server's --quantization)"
     )
 

@@ -1,7 +1,7 @@
-"""Weight-only quantization of the generic Hugging Face path: every nn.Linear of a loaded transformers model
-(its lm_head included, int8 under int4) replaced by a PackedLinear holding the packed weight, so that
-transformers' own forward runs on quantized.py's kernels. Embeddings stay as the model has them
-(transformers looks rows up in an nn.Embedding); where lm_head is tied to them its packed copy is extra."""
+"""Quantization of the generic Hugging Face path: every nn.Linear of a loaded transformers model (its
+lm_head included, int8 under int4: quantized.head_mode) replaced by a PackedLinear holding the packed
+weight, so that transformers' own forward runs on quantized.py's kernels. Embeddings stay as the model has
+them (transformers looks rows up in an nn.Embedding); a tied lm_head is a packed copy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from server.runtimes.quantized import linear, nbytes, prepare, quantizable
+from server.runtimes.quantized import head_mode, linear, nbytes, prepare, quantizable
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,7 @@ def quantize_linears(model: nn.Module, mode: str, dtype: torch.dtype, device: to
         for child_name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear):
                 continue
-            # The output projection stays int8 under int4, as on the native decoder (quality: the logits).
-            chosen = "int8" if child is head else mode
+            chosen = head_mode(mode) if child is head else mode
             if not quantizable(child.weight, chosen):
                 kept.append(child_name)
                 continue
@@ -68,5 +67,6 @@ def resident_bytes(model: nn.Module) -> int:
     seen: dict[int, int] = {}
     tensors: list[Any] = [*model.parameters(), *model.buffers()]
     for tensor in tensors:
-        seen[tensor.untyped_storage().data_ptr()] = nbytes([tensor])
+        key = id(tensor) if tensor.is_mkldnn else tensor.untyped_storage().data_ptr()  # opaque: no storage
+        seen[key] = nbytes([tensor])
     return sum(seen.values())

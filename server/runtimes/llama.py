@@ -21,7 +21,7 @@ from server.kv.tensors import KvTensors
 from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
 from server.runtimes.decoder_graph import compiled
-from server.runtimes.quantized import Quantized, RowTable, fuse, linear, nbytes, prepare
+from server.runtimes.quantized import Quantized, RowTable, fuse, head_mode, linear, nbytes, prepare
 from server.runtimes.step_attention import Heads, StepAttention
 
 
@@ -59,13 +59,12 @@ class LlamaDecoder:
         weights = _load(path, config, dtype=dtype, device=device, quantization=quantization)
         prefix = "model." if "model.embed_tokens.weight" in weights else ""
         embed = weights[f"{prefix}embed_tokens.weight"]
-        # Quantized, the embedding is looked up by row and the output projection packed for the matmul, in
-        # int8 under int4 too, as llama.cpp's Q4 files keep it in Q8_0 (SmolLM2's int4 perplexity: +9.5%
-        # with an int4 lm_head); where they are tied (absent lm_head) one int8 tensor serves both.
+        # Quantized, the embedding is looked up by row and the output projection packed for the matmul (in
+        # int8 under int4 too: quantized.head_mode); tied (no lm_head), both are made from one int8 tensor.
         rows = embed if quantization == "none" else _rows(embed)
         head = weights.get("lm_head.weight", rows)
         self.embed = RowTable(rows, dtype, device)
-        self.lm_head = prepare(head, "none" if quantization == "none" else "int8", dtype, device)
+        self.lm_head = prepare(head, head_mode(quantization), dtype, device)
         # Gemma's scale is cast to the model's dtype before it multiplies, as its own forward does.
         scale = torch.tensor(float(config.hidden_size) ** 0.5, dtype=dtype)
         self.embedding_scale = scale.to(device) if architecture.embedding_scale else None
@@ -83,9 +82,10 @@ class LlamaDecoder:
     def weights_bytes(self) -> int:
         """The resident bytes of the weights (packed ones as packed), for the start-up log and the bench."""
         table = self.embed.dense if self.embed.table is None else self.embed.table.values
-        shared = table is not None and self.lm_head[0].data_ptr() == table.data_ptr()
-        head = 0 if shared else nbytes(self.lm_head)
-        return self.embed.nbytes() + head + sum(nbytes(layer) for layer in self.weights) + nbytes([self.norm])
+        head = self.lm_head[0]  # a prepacked (oneDNN) head is its own copy: it has no data pointer
+        shared = table is not None and not head.is_mkldnn and head.data_ptr() == table.data_ptr()
+        layers = sum(nbytes(layer) for layer in self.weights)
+        return self.embed.nbytes() + (0 if shared else nbytes(self.lm_head)) + layers + nbytes([self.norm])
 
     def allocate(self, tokens: int, context_length: int) -> int:
         """The arena of `tokens` tokens, and rotary tables for positions up to `context_length`."""
@@ -196,9 +196,13 @@ def _layer(
     if qkv is None or gate_up is None or out is None or down is None:
         raise ValueError(f"the checkpoint lacks the attention or MLP weights of {prefix.rstrip('.')}")
 
-    def bias(found: torch.Tensor | None, weight: Any) -> torch.Tensor:
-        found = found if found is not None else torch.zeros(weight.shape[0])
+    def bias(found: torch.Tensor | None) -> torch.Tensor:
+        if found is None:  # none: empty, which `linear` skips (LAYER_WEIGHTS are uniform lists)
+            return torch.empty(0, device=device, dtype=dtype)
         return found.to(device=device, dtype=dtype)
+
+    qkv_bias, out_bias = bias(fused(attn, "bias")), bias(weights.get(f"{out_name}.bias"))
+    gate_up_bias, down_bias = bias(fused(mlp, "bias")), bias(weights.get(f"{down_name}.bias"))
 
     # Each projection is packed here, once its dense form (if any) is no longer held: peak memory stays one
     # layer's dense weights above the packed model.
@@ -208,14 +212,14 @@ def _layer(
     return [
         _norm(weights[attn_norm], architecture),
         qkv,
-        bias(fused(attn, "bias"), qkv),
+        qkv_bias,
         out_w,
-        bias(weights.get(f"{out_name}.bias"), out_w),
+        out_bias,
         _norm(weights[mlp_norm], architecture),
         gate_up_w,
-        bias(fused(mlp, "bias"), gate_up_w),
+        gate_up_bias,
         down_w,
-        bias(weights.get(f"{down_name}.bias"), down_w),
+        down_bias,
         qkv_scales,
         out_scales,
         gate_up_scales,

@@ -26,6 +26,7 @@ from shim.admission.request_body import ClientLeft, check_json_media_type, read_
 from shim.errors import ShimError
 from shim.families import Families
 from shim.identity import (
+    CACHE_SALT,
     FORWARDED_TOKEN,
     REQUEST_ID,
     REQUEST_ID_HEADER,
@@ -91,6 +92,7 @@ class AdmissionMiddleware:
                 token, tenant = check(self.keys, headers, self.families.token_headers(scope))
                 FORWARDED_TOKEN.set(token)
                 TENANT.set(tenant.name)
+                CACHE_SALT.set(tenant.cache_salt)
                 identity.append((TENANT_HEADER.encode(), tenant.name.encode()))
                 if log is not None:
                     log.fields["tenant"] = tenant.name

@@ -109,8 +109,9 @@ class Generations:
         metadata: tuple[tuple[str, str], ...] = (),
         json_field: Callable[[str], str] = str,
     ) -> None:
+        self.routing = upstream.routing
         self.calls: list[GenerateCall] = [
-            upstream.inference.Generate(request, timeout=timeout_s, metadata=metadata) for request in requests
+            upstream.routing.generate(request, timeout=timeout_s, metadata=metadata) for request in requests
         ]
         self.reconnect_s = reconnect_s
         self.json_field = json_field
@@ -149,6 +150,7 @@ class Generations:
             token_ids.extend(piece.token_ids)
             logprobs.extend(piece.logprobs)
             if piece.finish_reason is not None:
+                self.routing.finished(self.calls[index], piece.timings)
                 return Choice(
                     index,
                     "".join(texts),
@@ -183,6 +185,8 @@ class Generations:
                     continue  # what follows a final message: the call's end, read ahead
                 if isinstance(received, pb.GenerateResponse):
                     piece = Piece.of(index, received)
+                    if piece.finish_reason is not None:
+                        self.routing.finished(self.calls[index], piece.timings)
                     yield piece
                     if piece.finish_reason is not None:
                         finished[index] = True

@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 from clients.channel import ChannelSettings, open_aio_channel, tls_credentials
 from shim.config import ShimSettings
 from shim.upstream.forwarding import forwarding_interceptors
+from shim.upstream.routing import Routing, open_routing
 
 
 def channel_settings(settings: ShimSettings) -> ChannelSettings:
@@ -30,14 +31,17 @@ class Upstream:
     channel: grpc.aio.Channel
     inference: inference_pb2_grpc.InferenceServiceAsyncStub
     health: Any  # grpc_health ships no stubs for health_pb2_grpc.
+    routing: Routing  # where each Generate call goes (--routing)
 
     async def close(self) -> None:
+        await self.routing.close()
         await self.channel.close(grace=None)
 
 
-def open_upstream(settings: ShimSettings, *, trace_context: bool = False) -> Upstream:
+def open_upstream(settings: ShimSettings, *, trace_context: bool = False, routed: Any = None) -> Upstream:
     """Opens the channel; it connects lazily, so a down server fails calls, not start-up. With
-    `trace_context` (tracing on: the flag or OTEL_EXPORTER_OTLP_*) calls carry the shim's span."""
+    `trace_context` (tracing on: the flag or OTEL_EXPORTER_OTLP_*) calls carry the shim's span; `routed`
+    counts prefix routing's choices. Runs in the serving event loop (a routing policy may start tasks)."""
     credentials = None
     if settings.upstream_ca is not None:
         credentials = tls_credentials(
@@ -49,10 +53,16 @@ def open_upstream(settings: ShimSettings, *, trace_context: bool = False) -> Ups
     channel = open_aio_channel(
         settings.upstream, channel_settings(settings), credentials, interceptors or None
     )
+    inference = inference_pb2_grpc.InferenceServiceStub(channel)
+
+    def replica_channel(address: str) -> grpc.aio.Channel:
+        return open_aio_channel(address, channel_settings(settings), credentials, interceptors or None)
+
     return Upstream(
         channel=channel,
-        inference=inference_pb2_grpc.InferenceServiceStub(channel),
+        inference=inference,
         health=health_pb2_grpc.HealthStub(channel),
+        routing=open_routing(settings, inference, replica_channel, routed),
     )
 
 

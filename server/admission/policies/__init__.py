@@ -13,7 +13,7 @@ from server.admission.policies.memory import MemoryGuard
 from server.admission.policies.models import KnownModel
 from server.admission.policies.queue import QueueBound
 from server.admission.policies.request_bytes import RequestBytes, RequestBytesSettings
-from server.admission.policies.tenant_limits import TenantLimits
+from server.admission.policies.tenant_limits import TenantLimits, TenantLimitsSettings
 from server.admission.policy import AdmissionPolicy
 from server.admission.policy_context import PolicyContext
 
@@ -32,7 +32,7 @@ POLICIES: tuple[type[AdmissionPolicy], ...] = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class PolicySettings(RequestBytesSettings):
+class PolicySettings(RequestBytesSettings, TenantLimitsSettings):
     """Every policy's declared settings, as one base of the server's Settings (server/config.py)."""
 
 

@@ -52,6 +52,10 @@ def test_a_policys_setting_is_checked_where_it_is_declared() -> None:
         Settings.from_args(["--max-request-bytes-in-flight", "0"])
     with pytest.raises(ValueError, match="max_request_bytes_in_flight"):
         PolicySettings(max_request_bytes_in_flight=0)
+    with pytest.raises(ValueError, match="invalid setting tenant_store: must be a redis://"):
+        Settings.from_args(["--tenant-store", "localhost:6379"])
+    store = "unix:///run/redis.sock"
+    assert Settings.from_args(["--tenant-store", store]).tenant_store == store
 
 
 def test_the_servers_own_flags_come_before_those_the_policies_declare() -> None:

@@ -1,6 +1,7 @@
 """Issue 30: weight-only int8 and int4 on the native decoder and the generic Hugging Face path, against the
 dense model (int8: close; both: equal to a dense model holding the dequantized weights, which is what the
-kernels compute), and GGUF Q4_1 / Q8_0 files written here from a seeded model kept quantized."""
+kernels compute), w8a8_int8 (activations rounded per row too) and oneDNN's prepacked bfloat16 weights, and
+GGUF Q4_1 / Q8_0 files written here from a seeded model kept quantized."""
 
 from __future__ import annotations
 
@@ -74,6 +75,60 @@ def test_the_kernels_compute_the_dequantized_weights_from_bfloat16_activations(m
         torch.testing.assert_close(y, expected, atol=0.15, rtol=0.02)  # bfloat16 rounding: 1/256
 
 
+def per_row(x: torch.Tensor) -> torch.Tensor:
+    """x as w8a8_int8 sees it: each row rounded to 255 steps of its absolute maximum."""
+    scale = x.abs().amax(dim=-1, keepdim=True) / 127
+    return torch.round(x / scale) * scale
+
+
+def test_w8a8_computes_the_per_row_quantized_activations_times_the_int8_weights() -> None:
+    torch.manual_seed(0)
+    weight, bias = torch.randn(96, 64), torch.randn(96)
+    packed = quantized.quantize(weight, "w8a8_int8")
+    for rows in (1, 5, 33):  # oneDNN's kernel and shapes either side of CUDA's M > 16 limit
+        x = torch.randn(rows, 64) * torch.linspace(0.01, 10, rows)[:, None]  # rows of any magnitude
+        expected = per_row(x) @ packed.dequantize().T + bias
+        for scripted in (quantized.linear, scripted_function(quantized.linear)):
+            y = scripted(x, *quantized.pack(packed, torch.float32, CPU, activations=True), bias)
+            torch.testing.assert_close(y, expected, atol=1e-4 * float(expected.abs().max()), rtol=1e-4)
+
+
+def test_a_prepacked_bfloat16_weight_computes_what_f_linear_does() -> None:
+    if not quantized.prepacks(torch.bfloat16, CPU):
+        pytest.skip("this CPU has no oneDNN bfloat16 matmul: dense weights stay as they are")
+    torch.manual_seed(0)
+    weight, bias = torch.randn(96, 64).bfloat16(), torch.randn(96).bfloat16()
+    packed, scales = quantized.prepare(weight, "none", torch.bfloat16, CPU)
+    assert packed.is_mkldnn and scales.numel() == 0
+    for rows in (1, 7, 32):
+        x = torch.randn(rows, 64).bfloat16()
+        for scripted in (quantized.linear, scripted_function(quantized.linear)):
+            assert torch.equal(scripted(x, packed, scales, bias), torch.nn.functional.linear(x, weight, bias))
+    assert torch.equal(
+        quantized.linear(x, packed, scales, torch.empty(0)), torch.nn.functional.linear(x, weight)
+    )
+
+
+def test_w8a8_decoder_and_generic_path_stay_close_to_the_dense_model(checkpoint: Path) -> None:
+    dense = last_logits(native(checkpoint, "none"), PROMPTS)
+    w8a8 = native(checkpoint, "w8a8_int8")
+    assert w8a8.weights[0][1].is_mkldnn and w8a8.weights[0][10].shape == (1, w8a8.weights[0][2].shape[0])
+    error, agree = off_by(last_logits(w8a8, PROMPTS), dense)
+    assert error < 0.2 and agree >= 0.75, (error, agree)  # as int8's bound: a sharp seeded model
+    hf = HfCheckpoint(checkpoint, context_length=128)
+    model = HfCausalLm(
+        hf, name="w", max_sequences=2, device=CPU, dtype=torch.float32, quantization="w8a8_int8"
+    )
+    model.allocate_cache(256)
+    assert model.descriptor.quantization == "w8a8_int8"
+    reference = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    with torch.inference_mode():
+        error, agree = off_by(
+            model.prefill(0, PROMPTS[0]), reference(torch.tensor([PROMPTS[0]])).logits[0, -1]
+        )
+    assert error < 0.2 and agree == 1.0, error
+
+
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_the_packed_decoder_computes_the_dequantized_weights_model(
     checkpoint: Path, mode: str, monkeypatch: pytest.MonkeyPatch
@@ -114,7 +169,9 @@ def test_the_generic_path_packs_every_linear_and_computes_the_dequantized_model(
     with torch.no_grad():
         for module in reference.modules():
             if isinstance(module, torch.nn.Linear):
-                chosen = "int8" if module is head else mode  # the output projection stays int8
+                chosen = (
+                    "int8" if module is head else mode
+                )  # the output projection stays int8 (w8a8's kernel)
                 module.weight.copy_(quantized.quantize(module.weight, chosen).dequantize())
     with torch.inference_mode():
         logits = model.prefill(0, PROMPTS[0])

@@ -46,6 +46,17 @@ def test_the_rate_is_a_token_bucket_of_one_second(tmp_path: Path) -> None:
     tenant.take("m", 100, now + 0.5)  # half a second refills one
 
 
+def test_a_rate_under_one_a_second_still_lets_one_call_through(tmp_path: Path) -> None:
+    # Also a replica's fallback share of a fleet-wide rate (R / replicas, server/admission/fleet_rates.py).
+    tenant = one_tenant(tmp_path, rate_per_s=0.5).tenants[0]
+    now = tenant.refilled + 2.0
+    tenant.take("m", 100, now)
+    with pytest.raises(TenantQuota) as over:
+        tenant.take("m", 100, now + 1.0)
+    assert over.value.retry_after_s == pytest.approx(1.0)
+    tenant.take("m", 100, now + 2.0)
+
+
 def test_the_share_counts_what_the_tenant_holds_of_a_gate(tmp_path: Path) -> None:
     tenant = one_tenant(tmp_path, share=0.25).tenants[0]
     now = tenant.refilled

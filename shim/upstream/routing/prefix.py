@@ -1,0 +1,114 @@
+"""Prefix routing (`--routing prefix`): a Generate call goes to the replica most likely to hold its prompt's
+prefix in its prefix cache, unless that replica is loaded past `--routing-imbalance` times the least loaded
+one; then to the least loaded. As SGLang's router (`cache_aware`) and llm-d's prefix scorer decide, from an
+approximate index of what this shim sent each replica (prefix_index.py), without asking the replicas.
+
+The rule, per call, among the replicas whose readiness is SERVING (all of them, if none is):
+- the prompt's leading blocks each replica was sent: the longest match is the candidate;
+- a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
+  replica (it then holds that prefix: the conversation's next turns follow it);
+- a candidate whose load ((calls in flight + 1) x its reported queue wait, replicas.py) exceeds
+  `--routing-imbalance` x the least gives way to the least loaded.
+The chosen replica is recorded as holding the prompt's blocks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from sluice.inference.v1 import inference_pb2 as pb
+
+from shim.identity import CACHE_SALT, TENANT
+from shim.upstream.routing.policy import GenerateCall
+from shim.upstream.routing.prefix_index import PrefixIndex, block_hashes, prompt_bytes
+from shim.upstream.routing.replicas import Replica, costs, make_replica, probe_readiness
+
+#: Why a call went where it did: the `reason` label of sluice_shim_routed_total.
+PREFIX, LEAST_LOADED, BALANCED = "prefix", "least_loaded", "balanced"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixRules:
+    block_bytes: int = 64
+    index_blocks: int = 65536
+    min_match: float = 0.5
+    imbalance: float = 2.0
+    probe_s: float = 1.0
+    wait_floor_s: float = 0.05  # queue waits under this are a step's jitter, not load
+
+
+class PrefixRouting:
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        open_channel: Callable[[str], grpc.aio.Channel],
+        rules: PrefixRules,
+        *,
+        routed: Any = None,  # the Counter of calls by replica and reason, when the shim counts them
+    ) -> None:
+        self.rules = rules
+        self.replicas = [make_replica(address, open_channel(address)) for address in addresses]
+        self.index = PrefixIndex(len(self.replicas), capacity=rules.index_blocks)
+        self._replica_of: dict[int, Replica] = {}  # by id(call), while the call runs
+        self._routed = routed
+        self._probe = asyncio.get_running_loop().create_task(
+            probe_readiness(
+                self.replicas, interval_s=rules.probe_s, timeout_s=min(max(rules.probe_s, 1.0), 5.0)
+            ),
+            name="routing readiness",
+        )
+
+    def choose(self, hashes: Sequence[int]) -> tuple[int, str]:
+        """The replica for a prompt of these block hashes, and why."""
+        live = [i for i, r in enumerate(self.replicas) if r.ready] or list(range(len(self.replicas)))
+        cost = costs(self.replicas, live, floor_s=self.rules.wait_floor_s)
+        cheapest = min(live, key=lambda i: (cost[i], self.replicas[i].in_flight))
+        if not hashes:
+            return cheapest, LEAST_LOADED
+        matched = self.index.matched(hashes)
+        best = max(live, key=lambda i: (matched[i], -cost[i]))
+        if matched[best] < self.rules.min_match * len(hashes):
+            return cheapest, LEAST_LOADED
+        if cost[best] > self.rules.imbalance * cost[cheapest]:
+            return cheapest, BALANCED
+        return best, PREFIX
+
+    def generate(
+        self, request: pb.GenerateRequest, *, timeout: float, metadata: Sequence[tuple[str, str]]
+    ) -> GenerateCall:
+        salt = CACHE_SALT.get() or TENANT.get() or ""
+        hashes = block_hashes(
+            prompt_bytes(request), block_bytes=self.rules.block_bytes, seed=f"{request.model}\0{salt}"
+        )
+        index, reason = self.choose(hashes)
+        self.index.record(index, hashes)
+        replica = self.replicas[index]
+        if self._routed is not None:
+            self._routed.labels(replica.address, reason).inc()
+        call: GenerateCall = replica.inference.Generate(request, timeout=timeout, metadata=metadata)
+        replica.in_flight += 1
+        self._replica_of[id(call)] = replica
+
+        def done(_: object) -> None:
+            replica.in_flight -= 1
+            self._replica_of.pop(id(call), None)
+
+        call.add_done_callback(done)
+        return call
+
+    def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
+        replica = self._replica_of.get(id(call))
+        if replica is not None and timings.HasField("queue_wait"):
+            replica.observe(timings.queue_wait.ToTimedelta().total_seconds(), time.monotonic())
+
+    async def close(self) -> None:
+        self._probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._probe
+        for replica in self.replicas:
+            await replica.channel.close(grace=None)

@@ -1,0 +1,150 @@
+"""Prefix routing's parts without a server: the prompt's bytes and block hashes (a conversation's next turn
+shares the hashes of the turn before; tenants' salts keep them apart), the bounded LRU index, and the rule
+that picks a replica (longest match, unless loaded past the imbalance; a new prompt to the least loaded)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from sluice.inference.v1 import inference_pb2 as pb
+
+from shim.config import ShimSettings
+from shim.upstream.routing import check_routing, replica_addresses
+from shim.upstream.routing.prefix import BALANCED, LEAST_LOADED, PREFIX, PrefixRouting, PrefixRules
+from shim.upstream.routing.prefix_index import PrefixIndex, block_hashes, prompt_bytes
+
+pytestmark = pytest.mark.anyio
+
+
+def chat(*turns: tuple[str, str]) -> pb.GenerateRequest:
+    messages = [pb.ChatMessage(role=role, content=content) for role, content in turns]
+    return pb.GenerateRequest(model="byte-lm", chat=pb.ChatPrompt(messages=messages))
+
+
+def hashes(request: pb.GenerateRequest, salt: str = "") -> list[int]:
+    return block_hashes(prompt_bytes(request), block_bytes=16, seed=f"{request.model}\0{salt}")
+
+
+def test_a_next_turn_shares_the_hashes_of_the_turn_before() -> None:
+    first = chat(("system", "be brief " * 8), ("user", "what is a sluice? " * 4))
+    second = chat(("system", "be brief " * 8), ("user", "what is a sluice? " * 4), ("assistant", "a gate"),
+                  ("user", "and a weir?"))  # fmt: skip
+    a, b = hashes(first), hashes(second)
+    assert len(a) >= 8 and len(b) > len(a)
+    assert b[: len(a) - 1] == a[: len(a) - 1]  # the last whole block of the first may end mid-turn
+    assert hashes(chat(("user", "x" * 64)))[0] != hashes(chat(("system", "x" * 64)))[0]
+
+
+def test_a_huge_prompt_is_indexed_by_its_first_blocks_only() -> None:
+    huge = block_hashes(b"x" * (1 << 20), block_bytes=64, seed="s")
+    assert len(huge) == 4096 and huge == block_hashes(b"x" * (1 << 19), block_bytes=64, seed="s")
+
+
+def test_tenants_salts_keep_equal_prompts_apart() -> None:
+    request = chat(("user", "the same words " * 10))
+    assert hashes(request, "tenant:a") != hashes(request, "tenant:b")
+    assert hashes(request, "tenant:a") == hashes(request, "tenant:a")
+    text = pb.GenerateRequest(model="byte-lm", text="abc" * 40)
+    ids = pb.GenerateRequest(model="byte-lm", token_ids=pb.TokenIds(ids=list(range(40))))
+    assert hashes(text) and hashes(ids) and hashes(pb.GenerateRequest(model="byte-lm")) == []
+
+
+def test_the_index_matches_leading_blocks_and_forgets_the_oldest() -> None:
+    index = PrefixIndex(2, capacity=10)
+    index.record(0, [1, 2, 3, 4])
+    index.record(1, [1, 2])
+    assert index.matched([1, 2, 3, 9]) == [3, 2]
+    assert index.matched([9, 2, 3]) == [0, 0]  # a chain: nothing after the first miss counts
+    index.record(0, list(range(100, 108)))  # 12 > 10: blocks 1 and 2 go, the oldest
+    assert index.size(0) == 10 and index.matched([1, 2, 3]) == [0, 2]
+    index.record(0, [3])  # sent again: now the most recent
+    index.record(0, [200, 201])
+    assert index.matched([3]) == [1, 0]
+    with pytest.raises(ValueError, match="capacity"):
+        PrefixIndex(1, capacity=0)
+
+
+@pytest.fixture
+async def routing() -> AsyncIterator[PrefixRouting]:
+    # Addresses nobody listens on: channels connect lazily, and the rule is tested without calls.
+    router = PrefixRouting(
+        ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
+        lambda address: grpc.aio.insecure_channel(address),
+        PrefixRules(block_bytes=16, imbalance=2.0, min_match=0.5, probe_s=3600),
+    )
+    router._probe.cancel()  # readiness is set by hand here
+    try:
+        for replica in router.replicas:
+            replica.ready = True
+        yield router
+    finally:
+        await router.close()
+
+
+async def test_the_longest_match_wins_unless_loaded_past_the_imbalance(routing: PrefixRouting) -> None:
+    prompt = list(range(10))
+    routing.index.record(2, prompt[:8])
+    routing.index.record(1, prompt[:3])
+    assert routing.choose(prompt) == (2, PREFIX)
+    routing.replicas[2].in_flight = 2  # 3 x the floor against 1 x the floor: past 2x
+    assert routing.choose(prompt) == (0, BALANCED)
+    routing.replicas[0].in_flight = routing.replicas[1].in_flight = 1  # 3 against 2: within 2x
+    assert routing.choose(prompt) == (2, PREFIX)
+    now = time.monotonic()
+    routing.replicas[2].observe(1.0, now)  # its calls waited in its queue: 3 x 0.3 s against 2 x 0.05 s
+    routing.replicas[0].observe(0.01, now)  # under the floor: jitter, not load
+    routing.replicas[1].observe(0.01, now)
+    assert routing.choose(prompt)[1] == BALANCED
+
+
+async def test_a_new_prompt_goes_to_the_least_loaded_ready_replica(routing: PrefixRouting) -> None:
+    routing.index.record(0, [1, 2, 3, 4])
+    routing.replicas[0].in_flight = 3
+    routing.replicas[1].in_flight = 1
+    assert routing.choose([1, 50, 51, 52]) == (2, LEAST_LOADED)  # 1 of 4 blocks: under min_match
+    assert routing.choose([]) == (2, LEAST_LOADED)
+    routing.replicas[2].ready = False
+    assert routing.choose([7]) == (1, LEAST_LOADED)
+    for replica in routing.replicas:
+        replica.ready = False  # none ready: every replica stays a candidate, the calls say why
+    assert routing.choose([7]) == (2, LEAST_LOADED)
+
+
+def test_the_queue_wait_average_moves_and_decays() -> None:
+    from shim.upstream.routing.replicas import Replica
+
+    replica = Replica("127.0.0.1:1", None, None, None)  # type: ignore[arg-type]  # no call is made
+    assert replica.wait(100.0) == 0.0
+    replica.observe(1.0, 100.0)
+    assert replica.wait(100.0) == pytest.approx(0.3)
+    replica.observe(1.0, 100.0)
+    assert replica.wait(100.0) == pytest.approx(0.51)
+    assert replica.wait(105.0) == pytest.approx(0.255)  # half after 5 s with nothing reported
+
+
+async def test_a_finished_call_reports_its_queue_wait(routing: PrefixRouting) -> None:
+    from google.protobuf.duration_pb2 import Duration
+
+    request = chat(("user", "a prompt long enough for a block or two"))
+    call = routing.generate(request, timeout=5, metadata=())
+    chosen = next(r for r in routing.replicas if r.in_flight == 1)
+    routing.finished(call, pb.GenerateTimings(queue_wait=Duration(seconds=2)))
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.6, rel=0.01)
+    call.cancel()
+
+
+def test_prefix_routing_needs_replicas_it_can_name() -> None:
+    assert replica_addresses("127.0.0.1:5,127.0.0.1:6") == ["127.0.0.1:5", "127.0.0.1:6"]
+    assert replica_addresses("[::1]:5,[::1]:6") == ["[::1]:5", "[::1]:6"]
+    assert replica_addresses("localhost:5") == ["localhost:5"]
+    for target in ("dns:///sluice:50051", "unix:/tmp/s.sock"):
+        with pytest.raises(ValueError, match="routing prefix"):
+            check_routing(ShimSettings(upstream=target, routing="prefix"))
+    check_routing(ShimSettings(upstream="dns:///sluice:50051"))
+    with pytest.raises(ValueError, match="invalid setting routing"):
+        check_routing(ShimSettings(routing="random"))
+    with pytest.raises(ValueError, match="routing_imbalance"):
+        ShimSettings(routing_imbalance=0.5)
