@@ -1,14 +1,15 @@
 """bench.kv_cache's `growth` part (issue 37, acceptance 4): outputs held as written against reserved up
 front, on SmolLM2 (bfloat16) with a chat mix: 96 distinct questions of twelve kinds (explain, list, write
 a story, compare, give steps, ...) on eight topics, sent at once as ChatML chats with no max_tokens (the
-context's remainder) and no ignore_eos, sampled (temperature 0.7, a seed each, as a chat product runs),
-so each answer ends at EOS or at the context's end. Count-based, the server's scheduler in-process
-(bench/kv_inprocess.py) in a fixed KV budget:
+context's remainder) and no ignore_eos, sampled (temperature 0.7, top_p 0.9, a seed each, as a chat
+product runs), so each answer ends at EOS or at the context's end. Count-based, the server's scheduler
+in-process (bench/kv_inprocess.py) in a fixed KV budget:
 
 - held as written (today's server: the feed plus a 32-token look-ahead, grown as written; sharing on):
-  sequences running at once, the median over the iterations when others waited for memory;
-- what the tokens actually written would fit: the budget over the mean of the finished sequences' prompt +
-  output tokens (each reserving exactly what it will write; target: running >= 0.9 of it);
+  sequences running at once, the median over the scheduler's steps when others waited for memory;
+- what the tokens actually written would fit, at those steps: the budget over the running sequences' mean
+  written tokens (a shared prefix once), so the ratio is the budget's fraction holding written tokens
+  (target >= 0.9: the look-ahead, alignment and memory no waiting sequence fits in cost under 10%);
 - up-front reservation as before issue 37 (max_tokens = the context's remainder reserved on joining, so
   each holds the context; sharing off): sequences running at once (target: held as written >= 3x);
 - answers longer than 128 tokens (the old default max_tokens) and whether any was cut before EOS or the
@@ -59,7 +60,7 @@ def growth(repeats: int, quick: bool, cpu: str) -> None:
                 prompt_text=None,
                 prompt_ids=None,
                 prompt_chat=(ChatTurn("user", q),),
-                sampling=Sampling(temperature=0.7, seed=1000 * repeat + i),
+                sampling=Sampling(temperature=0.7, top_p=0.9, seed=1000 * repeat + i),
             )
             for i, q in enumerate(QUESTIONS[:chats])
         ]
@@ -73,12 +74,9 @@ def growth(repeats: int, quick: bool, cpu: str) -> None:
             )
         )
     running = [h.bound_median for h in grown]
-    fit = [budget / statistics.mean(h.lengths) for h in grown]
-    written = [
-        statistics.median(w / budget for w, n in zip(h.written, h.waiting, strict=True) if n) for h in grown
-    ]
+    used = [statistics.median(h.used(budget)) for h in grown]  # running / what their tokens would fit
+    fit = [r / u for r, u in zip(running, used, strict=True)]
     before = [float(h.at_first_finish) for h in upfront]
-    ratio = [r / f for r, f in zip(running, fit, strict=True)]  # per repeat: each against its own mix
     peaks = [float(h.peak) for h in grown]
     lengths = [n for h in grown for n in h.lengths]
     outputs = [len(out) for h in grown for out in h.outputs.values()]
@@ -87,10 +85,10 @@ def growth(repeats: int, quick: bool, cpu: str) -> None:
         f"ignore_eos, context {context}, a KV budget of {budget:,} tokens"
     )
     print(
-        f"  running at once, held as written against what the tokens written would fit (budget / mean "
-        f"prompt + output {statistics.mean(lengths):.0f}): {spread(running, digits=1)} against "
-        f"{spread(fit, digits=1)} = {statistics.median(ratio):.2f} "
-        f"(target >= 0.9); written tokens / budget while others waited {spread(written, digits=2)} [{cpu}]"
+        f"  running at once while others waited for memory (median over those steps), held as written "
+        f"against what the tokens they had written would fit (budget / their mean written tokens, the same "
+        f"steps): {spread(running, digits=1)} against {spread(fit, digits=1)} = {spread(used, digits=2)} "
+        f"(target >= 0.9) [{cpu}]"
     )
     print(
         f"  running at once, held as written against up-front reservation (max_tokens = the context's "
@@ -101,6 +99,7 @@ def growth(repeats: int, quick: bool, cpu: str) -> None:
     ended = sum(n < context for n in lengths)
     print(
         f"  answers: {len(outputs)} over {len(grown)} repeat(s), output tokens median "
-        f"{statistics.median(outputs):.0f}, max {max(outputs)}; longer than 128 tokens: "
-        f"{sum(n > 128 for n in outputs)}; ended before the context's end (EOS): {ended} of {len(lengths)}"
+        f"{statistics.median(outputs):.0f}, mean {statistics.mean(outputs):.0f}, max {max(outputs)}; longer "
+        f"than 128 tokens: {sum(n > 128 for n in outputs)}; ended before the context's end (EOS): {ended} of "
+        f"{len(lengths)}"
     )

@@ -35,7 +35,7 @@ class Held:
     running: list[int] = field(default_factory=list)  # sequences holding memory, per iteration
     waiting: list[int] = field(default_factory=list)  # sequences queued to join (or rejoin), per iteration
     held: list[int] = field(default_factory=list)  # KV tokens running sequences hold, per iteration
-    written: list[int] = field(default_factory=list)  # of them, written, per iteration
+    written: list[int] = field(default_factory=list)  # of them, written (a shared prefix once), per iteration
     lengths: list[int] = field(default_factory=list)  # each finished sequence's prompt + output tokens
     at_first_finish: int = 0  # sequences holding memory when the first one finished (itself included)
     outputs: dict[int, list[int]] = field(default_factory=dict)
@@ -53,6 +53,11 @@ class Held:
     @property
     def bound_median(self) -> float:
         return statistics.median(self.bound) if self.bound else float(self.peak)
+
+    def used(self, budget: int) -> list[float]:
+        """Written tokens / the budget at the memory-bound iterations: running at once / what the tokens
+        they have written would fit (budget / their mean written tokens), the same running set."""
+        return [w / budget for w, n in zip(self.written, self.waiting, strict=True) if n]
 
 
 def load(path: Path, *, name: str, context: int, max_sequences: int, dtype: torch.dtype) -> GenerativeModel:
@@ -135,7 +140,8 @@ def _watch(scheduler: ContinuousScheduler, memory: KvMemory, held: Held, first: 
         held.running.append(kv.holders)
         held.waiting.append(len(scheduler.joining))
         held.held.append(kv.held)
-        held.written.append(kv.written)
+        shared = {id(s.shared): s.shared for s in scheduler.active if s.shared is not None}
+        held.written.append(kv.written + sum(region.written for region in shared.values()))
 
     def released(seq: GenSequence) -> None:
         if seq.done and seq.cancel_step is None and seq.region is not None:  # finished, not cancelled
