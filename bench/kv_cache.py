@@ -8,12 +8,16 @@ max_position_embeddings 8192), each part beside the same load with the feature o
   sequences running at once;
 - prefix cache: 32 streams sharing a 2,000-token system prompt with a short user turn each, multi-turn
   chats that resend the conversation, and 32 streams with no prefix in common: TTFT p50 and tokens/s,
-  --prefix-cache true against false;
+  --prefix-cache true against false (bench/kv_prefix.py);
 - preemption: LOW streams fill the memory, then HIGH calls arrive: every HIGH served, their TTFT p99 against
   a HIGH call's TTFT on an idle server; the LOW streams' output against the same prompts run alone;
-- sharing (issue 37): shared prefixes referenced in place against copied (bench/kv_sharing.py).
+- sharing (issue 37): shared prefixes referenced in place against copied, on the Llama and on SmolLM2
+  (bench/kv_sharing.py);
+- growth (issue 37): outputs held as written against reserved up front, SmolLM2 on a chat mix that ends at
+  EOS (bench/kv_growth.py).
 
-    .venv/bin/python -m bench.kv_cache [--quick] [--repeats N] [--part capacity|prefix|preemption|sharing]
+    .venv/bin/python -m bench.kv_cache [--quick] [--repeats N]
+        [--part capacity|prefix|preemption|sharing|growth] [--model llama|smollm2 (of sharing)]
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import torch
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from bench import plot
 from bench.generate import percentile, spread
 from bench.hf_generate import CONFIG
 from bench.stack import SluiceServer
@@ -199,92 +202,6 @@ def _exact_fit(mix: list[tuple[int, int]], budget: int) -> int:
     return count
 
 
-# -- prefix cache -----------------------------------------------------------------------------------------
-ROWS = ("shared", "chat", "none")
-
-
-def prefix(directory: Path, repeats: int, quick: bool, rows: tuple[str, ...] = ROWS) -> None:
-    streams, system, tokens = (8 if quick else 32), 2000, 32
-    rng = random.Random(1)
-    shared = [rng.randrange(8192) for _ in range(system)]
-    turns = [shared + [rng.randrange(8192) for _ in range(20)] for _ in range(streams)]
-    results: dict[str, dict[str, list[Streams]]] = {"on": {}, "off": {}}
-    for mode in ("on", "off"):
-        flag = "true" if mode == "on" else "false"
-        with server(
-            directory, "--prefix-cache", flag, "--kv-cache-bytes", str(256 * 1024 * BYTES_PER_TOKEN)
-        ) as s:
-            asyncio.run(together(s.target, [[*shared, 1]], 4))  # the system prompt has been seen before
-            for repeat in range(repeats):
-                if "shared" in rows:
-                    shared_run = asyncio.run(together(s.target, turns, tokens))
-                    results[mode].setdefault("shared", []).append(shared_run)
-                if "chat" in rows:
-                    results[mode].setdefault("chat", []).append(asyncio.run(chats(s.target, repeat, quick)))
-                if "none" in rows:
-                    fresh = random.Random(100 + repeat)  # new prompts each repeat (the same in both modes)
-                    distinct = [[fresh.randrange(8192) for _ in range(200)] for _ in range(streams)]
-                    none_run = asyncio.run(together(s.target, distinct, tokens))
-                    results[mode].setdefault("none", []).append(none_run)
-    print(
-        f"\nprefix cache: {streams} streams, a {system}-token system prompt + 20 tokens, {tokens} tokens each"
-    )
-    named = {"shared": "shared system prompt", "chat": "multi-turn chats", "none": "no shared prefix"}
-    for part, what in ((row, named[row]) for row in rows):
-        on, off = results["on"][part], results["off"][part]
-        ttft_on = [percentile(r.ttft, 50) for r in on]
-        ttft_off = [percentile(r.ttft, 50) for r in off]
-        tps_on, tps_off = [r.tokens_per_s for r in on], [r.tokens_per_s for r in off]
-        print(
-            f"  {what:>22}: TTFT p50 on {spread(ttft_on, 1000)} ms, off {spread(ttft_off, 1000)} ms "
-            f"({statistics.median(ttft_off) / statistics.median(ttft_on):.1f}x lower); tokens/s on "
-            f"{spread(tps_on)}, off {spread(tps_off)} "
-            f"({statistics.median(tps_on) / statistics.median(tps_off):.2f}x)"
-        )
-        if part != "none":
-            assert all(a.outputs == b.outputs for a, b in zip(on, off, strict=True)), "outputs differ"
-    series = {
-        measure: {
-            f"{named[part]}, cache {mode}": {streams: [get(r) for r in results[mode][part]]}
-            for part in rows
-            for mode in ("on", "off")
-        }
-        for measure, get in (
-            ("ttft", lambda r: percentile(r.ttft, 50) * 1000),
-            ("tps", lambda r: r.tokens_per_s),
-        )
-    }
-    plot.draw(
-        "kv_cache_prefix",
-        [
-            plot.Panel("TTFT p50", "ms", series["ttft"]),
-            plot.Panel("aggregate tokens/s", "tokens/s", series["tps"]),
-        ],
-        x_label="concurrent streams",
-        title="bench.kv_cache: the prefix cache on against off",
-    )
-
-
-async def chats(target: str, seed: int, quick: bool) -> Streams:
-    """8 conversations of 4 turns, each turn resending the conversation so far plus 60 new tokens."""
-    into = Streams()
-    conversations = 4 if quick else 8
-
-    async def chat(stub: pb_grpc.InferenceServiceStub, index: int) -> None:
-        rng = random.Random(seed * 1000 + index)  # its own: the same conversation whatever runs beside it
-        history = [rng.randrange(8192) for _ in range(300)]
-        for turn in range(4):
-            await one(stub, history, 24, into, f"{index}.{turn}")
-            history = history + into.outputs[f"{index}.{turn}"] + [rng.randrange(8192) for _ in range(60)]
-
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = pb_grpc.InferenceServiceStub(channel)
-        started = time.perf_counter()
-        await asyncio.gather(*(chat(stub, i) for i in range(conversations)))
-        into.wall_s = time.perf_counter() - started
-    return into
-
-
 # -- preemption -------------------------------------------------------------------------------------------
 def preemption(directory: Path, repeats: int, quick: bool) -> None:
     low_n, high_n, tokens = (8, 4, 48) if quick else (16, 8, 96)
@@ -328,27 +245,50 @@ def preemption(directory: Path, repeats: int, quick: bool) -> None:
     )
 
 
+PARTS = ("capacity", "prefix", "preemption", "sharing", "growth")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer streams")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--part", choices=("capacity", "prefix", "preemption", "sharing"), action="append")
-    parser.add_argument("--prefix-rows", nargs="+", choices=ROWS, default=list(ROWS), help="of --part prefix")
+    parser.add_argument("--part", choices=PARTS, action="append")
+    parser.add_argument(
+        "--prefix-rows",
+        nargs="+",
+        choices=("shared", "chat", "none"),
+        default=["shared", "chat", "none"],
+        help="of --part prefix",
+    )
+    parser.add_argument(
+        "--model", choices=("llama", "smollm2"), action="append", help="of --part sharing (default: both)"
+    )
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
-    parts = args.part or ["capacity", "prefix", "preemption", "sharing"]
-    print(f"seeded Llama, 8k context ({LLAMA_8K}), float32, torch threads 1, {repeats} repeat(s)")
+    parts = args.part or list(PARTS)
+    from bench.smollm2 import cpu
+
+    print(f"{cpu()}; seeded Llama, 8k context ({LLAMA_8K}), float32, torch threads 1, {repeats} repeat(s)")
     with tempfile.TemporaryDirectory(prefix="sluice-bench-kv-") as scratch:
         directory = build(Path(scratch))
         for part in parts:
             if part == "prefix":
+                from bench.kv_prefix import prefix  # it imports this module's pieces
+
                 prefix(directory, repeats, args.quick, tuple(args.prefix_rows))
             elif part == "sharing":
-                from bench.kv_sharing import sharing  # it imports this module's pieces
+                from bench import kv_models, kv_sharing
 
-                sharing(directory, repeats, args.quick)
+                size = kv_sharing.QUICK if args.quick else kv_sharing.Size()
+                for name in args.model or ["llama", "smollm2"]:
+                    target = kv_models.llama(directory) if name == "llama" else kv_models.smollm2()
+                    kv_sharing.sharing(target, repeats, size, cpu().removeprefix("CPU: "))
+            elif part == "growth":
+                from bench.kv_growth import growth
+
+                growth(repeats, args.quick, cpu().removeprefix("CPU: "))
             else:
                 {"capacity": capacity, "preemption": preemption}[part](directory, repeats, args.quick)
 

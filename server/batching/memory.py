@@ -43,6 +43,9 @@ class KvMemory:
         self.prefix = PrefixCache(enabled=prefix_cache, events=events)
         # A hit is attended where it lies (the runtime reads a prefix apart: StepAttention), not copied.
         self.sharing = sharing and prefix_cache
+        # Tokens held beyond those written; a benchmark sets it past max_tokens to measure the up-front
+        # reservation that came before growth (every sequence held its prompt and max_tokens at once).
+        self.lookahead = LOOKAHEAD
         self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order
         self.compactions: list[tuple[int, int]] = []  # [start, end) of the moves each compaction made
         self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
@@ -86,7 +89,7 @@ class KvMemory:
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
         hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
-        need = min(len(seq.feed) + LOOKAHEAD, self.limit(seq))
+        need = min(len(seq.feed) + self.lookahead, self.limit(seq))
         shared = hit.tokens if hit is not None and self.sharing else 0
         keep = {id(hit.region)} if hit is not None else set()
         region = self._reserve(need - shared, seq, keep, preempt)
@@ -131,7 +134,7 @@ class KvMemory:
         assert region is not None
         if position - shared < region.size:
             return True
-        need = max(min(position + 1 + LOOKAHEAD, self.limit(seq)), position + 1) - shared
+        need = max(min(position + 1 + self.lookahead, self.limit(seq)), position + 1) - shared
         while True:
             if self.arena.extend(region, need):
                 return True

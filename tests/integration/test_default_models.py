@@ -138,6 +138,22 @@ def test_smollm2_answers_in_the_json_schema_it_is_given(default_up: str) -> None
     assert capital is not None and capital.capital == "Paris", choice.message.content
 
 
+def test_smollm2_without_max_tokens_answers_past_128_tokens_to_its_end(default_up: str) -> None:
+    """Issue 37, acceptance 4, the case it measured: through the official SDK without max_tokens, a longer
+    answer is not cut at 128 tokens (the old --default-max-tokens): it runs to the model's end of turn."""
+    import openai
+
+    sdk = openai.OpenAI(base_url=f"{default_up}/v1", api_key="unused", max_retries=0)
+    answer = sdk.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What are the pros and cons of remote work?"}],
+        temperature=0,
+    )
+    choice = answer.choices[0]
+    assert choice.finish_reason == "stop", choice  # its end of turn, not `length`
+    assert answer.usage is not None and answer.usage.completion_tokens > 128, answer.usage
+
+
 def test_sluice_up_serves_a_gguf_file_given_by_path() -> None:
     """Acceptance 1: `sluice up --hf-models smol=PATH.gguf` serves the file, and it answers."""
     for url in sluice_up("--hf-models", f"smol={smollm2_gguf()}"):

@@ -1,0 +1,155 @@
+"""The server's continuous scheduler over a real runtime, in-process, for bench.kv_cache's count-based rows
+(issue 37): requests submitted to the scheduler itself, and what its KV memory holds read at every
+iteration (the hook its gauges are published from) and at every finish, not sampled over the wire.
+
+"Today's" reservation is the same scheduler with its look-ahead past any max_tokens: every sequence holds
+its prompt and max_tokens from the moment it joins, as the arena did before outputs were held as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from server.batching.continuous import ContinuousScheduler
+from server.batching.memory import KvMemory
+from server.batching.requests import RequestLimits
+from server.batching.sequence import GenSequence
+from server.batching.worker import ModelWorker
+from server.domain import GenerateSpec
+from server.metrics import Metrics
+from server.runtimes.base import GenerativeModel
+
+#: Look-ahead of today's reservation: past any max_tokens, so a sequence holds its limit on joining.
+UPFRONT = 1 << 30
+
+
+@dataclass
+class Held:
+    """What the scheduler's memory held, at every iteration and at every finish."""
+
+    running: list[int] = field(default_factory=list)  # sequences holding memory, per iteration
+    waiting: list[int] = field(default_factory=list)  # sequences queued to join (or rejoin), per iteration
+    held: list[int] = field(default_factory=list)  # KV tokens running sequences hold, per iteration
+    written: list[int] = field(default_factory=list)  # of them, written (a shared prefix once), per iteration
+    lengths: list[int] = field(default_factory=list)  # each finished sequence's prompt + output tokens
+    at_first_finish: int = 0  # sequences holding memory when the first one finished (itself included)
+    outputs: dict[int, list[int]] = field(default_factory=dict)
+    preemptions: float = 0.0
+
+    @property
+    def peak(self) -> int:
+        return max(self.running, default=0)
+
+    @property
+    def bound(self) -> list[int]:
+        """Sequences running at the iterations when others waited for memory (the memory-bound phase)."""
+        return [r for r, w in zip(self.running, self.waiting, strict=True) if w]
+
+    @property
+    def bound_median(self) -> float:
+        return statistics.median(self.bound) if self.bound else float(self.peak)
+
+    def used(self, budget: int) -> list[float]:
+        """Written tokens / the budget at the memory-bound iterations: running at once / what the tokens
+        they have written would fit (budget / their mean written tokens), the same running set."""
+        return [w / budget for w, n in zip(self.written, self.waiting, strict=True) if n]
+
+
+def load(path: Path, *, name: str, context: int, max_sequences: int, dtype: torch.dtype) -> GenerativeModel:
+    """The checkpoint (a directory or a GGUF file) on the native decoder, as `--hf-models` serves it."""
+    from server.runtimes.hf_causal import load_hf_causal
+
+    torch.set_num_threads(1)  # as the server rows' --torch-threads 1
+    return load_hf_causal(
+        path, name=name, context_length=context, max_sequences=max_sequences, device=torch.device("cpu"),
+        dtype=dtype,
+    )  # fmt: skip
+
+
+def run(
+    model: GenerativeModel,
+    specs: list[GenerateSpec],
+    *,
+    kv_tokens: int,
+    sharing: bool,
+    upfront: bool = False,
+    warm: GenerateSpec | None = None,
+    stop_at_first_finish: bool = False,
+    prefill_chunk_tokens: int = 32,
+    timeout_s: float = 3600.0,
+) -> Held:
+    """Submits `specs` at once (after `warm`, run alone first: a prompt the cache has seen) to a fresh
+    scheduler over `model` with `kv_tokens` of KV memory; returns what it held. `stop_at_first_finish`
+    ends the run when the first sequence finishes (the rest are cancelled)."""
+    worker = ModelWorker(model.descriptor.name)
+    worker.call(model.allocate_cache, kv_tokens)
+    metrics, held, context = Metrics(), Held(), model.descriptor.limits.context_length
+    scheduler = ContinuousScheduler(
+        model, worker, kv_tokens=kv_tokens, limits=RequestLimits(context_length=context),
+        metrics=metrics, prefix_cache=True, prefix_sharing=sharing, stream_buffer=1 << 16,
+        stall_timeout_s=600.0, breaker=None, prefill_chunk_tokens=prefill_chunk_tokens,
+    )  # fmt: skip
+    memory = scheduler.memory
+    if upfront:
+        memory.lookahead = UPFRONT
+    first = asyncio.Event()
+
+    async def tokens(seq: GenSequence) -> list[int]:
+        return [t async for chunk in scheduler.chunks(seq) for t in chunk.token_ids]
+
+    async def body() -> None:
+        if warm is not None:
+            await tokens(scheduler.submit(warm))
+        _watch(scheduler, memory, held, first)
+        seqs = [scheduler.submit(spec) for spec in specs]
+        done = asyncio.gather(*(tokens(seq) for seq in seqs))
+        if stop_at_first_finish:
+            await first.wait()
+            done.cancel()
+            await asyncio.gather(done, return_exceptions=True)
+            return
+        held.outputs = dict(enumerate(await done))
+
+    async def main() -> None:
+        task = asyncio.create_task(scheduler.run())
+        try:
+            await asyncio.wait_for(body(), timeout_s)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            worker.shutdown()
+
+    asyncio.run(main())
+    held.preemptions = metrics.registry.get_sample_value(
+        "sluice_preemptions_total", {"model": model.descriptor.name}
+    ) or 0.0  # fmt: skip
+    return held
+
+
+def _watch(scheduler: ContinuousScheduler, memory: KvMemory, held: Held, first: asyncio.Event) -> None:
+    """Records at every iteration (where the gauges are published) and at every sequence's finish."""
+    publish, release = scheduler.gauges.sequences, memory.release
+
+    def record(active: int, runnable: int, kv: KvMemory) -> None:
+        publish(active, runnable, kv)
+        held.running.append(kv.holders)
+        held.waiting.append(len(scheduler.joining))
+        held.held.append(kv.held)
+        shared = {id(s.shared): s.shared for s in scheduler.active if s.shared is not None}
+        held.written.append(kv.written + sum(region.written for region in shared.values()))
+
+    def released(seq: GenSequence) -> None:
+        if seq.done and seq.cancel_step is None and seq.region is not None:  # finished, not cancelled
+            if not held.lengths:
+                held.at_first_finish = memory.holders
+                first.set()
+            held.lengths.append(len(seq.prompt) + len(seq.produced))
+        release(seq)
+
+    scheduler.gauges.sequences = record  # type: ignore[method-assign]
+    memory.release = released  # type: ignore[method-assign]
