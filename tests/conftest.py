@@ -11,7 +11,8 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 from tests.support.processes import FRONTENDS, ServerProcess, ShimProcess, start_server, start_shim
 
 # Under `make test` (CI=true) a skip for a missing tool fails the run, naming it; a CUDA-marked test may skip.
-pytest_plugins = ("tests.support.skips",)
+# --serial-list: the serial pass's tests, written by the parallel pass (tests/support/serial_list.py).
+pytest_plugins = ("tests.support.skips", "tests.support.serial_list")
 
 
 @pytest.fixture(scope="session")
