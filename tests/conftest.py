@@ -44,6 +44,15 @@ def stub(channel: grpc.Channel) -> pb_grpc.InferenceServiceStub:
     return pb_grpc.InferenceServiceStub(channel)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The test process's own torch work (references, in-process engines) on one thread: it runs beside the
+    servers under test and another xdist worker on the 2-core runner, where torch's threads spin waiting on
+    each other (tests/support/threads.py). The servers choose their own threads (--torch-threads)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """CUDA-marked tests run only where torch sees a GPU (scripts/cuda_check.sh runs them on one)."""
     import torch
