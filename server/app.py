@@ -40,6 +40,7 @@ from server.metrics import Metrics
 from server.placement import DevicePlacement, breaker_for, place
 from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
+from server.transport.generic_only import GenericOnly
 from server.transport.options import BUSY_PORT, check_free, server_options
 from server.transport.reflection import enable_reflection
 from server.transport.tls import is_loopback, server_credentials
@@ -118,8 +119,12 @@ class SluiceServer:
         else:
             options = server_options(settings, self.max_connections, share_port=False)
             self.server = grpc.aio.server(interceptors=[self.interceptor], options=options)
-        # The pool takes the servicers' method handlers as a grpc.aio server does (server/frontends/).
-        handlers = cast(grpc.aio.Server, self.server)
+        # The pool takes the servicers' method handlers as a grpc.aio server does (server/frontends/); a lone
+        # server takes their generic handlers only (server/transport/generic_only.py).
+        handlers = cast(
+            grpc.aio.Server,
+            self.server if isinstance(self.server, FrontendPool) else GenericOnly(self.server),
+        )
         pb_grpc.add_InferenceServiceServicer_to_server(self.servicer, handlers)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, handlers)
         v2_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, handlers)

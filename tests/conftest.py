@@ -11,7 +11,8 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 from tests.support.processes import FRONTENDS, ServerProcess, ShimProcess, start_server, start_shim
 
 # Under `make test` (CI=true) a skip for a missing tool fails the run, naming it; a CUDA-marked test may skip.
-pytest_plugins = ("tests.support.skips",)
+# --serial-list: the serial pass's tests, written by the parallel pass (tests/support/serial_list.py).
+pytest_plugins = ("tests.support.skips", "tests.support.serial_list")
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +42,15 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
 @pytest.fixture
 def stub(channel: grpc.Channel) -> pb_grpc.InferenceServiceStub:
     return pb_grpc.InferenceServiceStub(channel)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The test process's own torch work (references, in-process engines) on one thread: it runs beside the
+    servers under test and another xdist worker on the 2-core runner, where torch's threads spin waiting on
+    each other (tests/support/threads.py). The servers choose their own threads (--torch-threads)."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,6 +6,7 @@ cache hit and with preemption forced, too."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from clients import SluiceClient
 from server.runtimes.smollm2 import smollm2_gguf
 from tests.support.processes import ServerProcess, start_server, wait_until
+from tests.support.threads import one_thread
 
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
@@ -33,18 +35,38 @@ BF16_TIE = 0.125
 
 
 class Reference:
-    """transformers' own model and tokenizer from the GGUF file, in one dtype; generate is the oracle."""
+    """transformers' own model and tokenizer from the GGUF file, in one dtype; generate is the oracle. Its
+    computations run on one thread (tests/support/threads.py)."""
 
-    def __init__(self, dtype: str) -> None:
+    def __init__(self, dtype: str, tokenizer: Any, model: Any) -> None:
+        self.dtype, self.tokenizer, self.model = dtype, tokenizer, model
+
+    @classmethod
+    def load(cls) -> Reference:
+        """The file loaded by transformers itself, in float32."""
         import torch
         import transformers
 
-        self.dtype = dtype
         path = smollm2_gguf()
         source: dict[str, Any] = {"pretrained_model_name_or_path": path.parent, "gguf_file": path.name}
-        self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(**source)
-        model = transformers.AutoModelForCausalLM.from_pretrained(**source, dtype=getattr(torch, dtype))
-        self.model: Any = model.eval()
+        with one_thread():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(**source)
+            model = transformers.AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32)
+        return cls("float32", tokenizer, model.eval())
+
+    def cast(self, dtype: str) -> Reference:
+        """The model from_pretrained(dtype=...) gives, without dequantizing the file a second time (~15 s of
+        one test worker): the file's values dequantized in float32 and rounded to `dtype`, as from_pretrained
+        rounds them; buffers (RoPE's inv_freq) stay float32, as it keeps them. In bfloat16 its logits equal
+        the loaded model's bit for bit (measured on two prompts; a whole-model `.to(dtype)` would round the
+        RoPE frequencies too and does not)."""
+        import torch
+
+        model = copy.deepcopy(self.model)
+        for parameter in model.parameters():
+            parameter.data = parameter.data.to(getattr(torch, dtype))
+        model.config.dtype = getattr(torch, dtype)
+        return Reference(dtype, self.tokenizer, model)
 
     def check(self, prompt: str, got: list[int]) -> None:
         """In float32, `got` is generate's greedy tokens exactly. In bfloat16 it is until a step where
@@ -59,7 +81,7 @@ class Reference:
             return
         same = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
         ids = torch.tensor([self.tokenizer.encode(prompt, add_special_tokens=False) + got[:same]])
-        with torch.inference_mode():
+        with one_thread(), torch.inference_mode():
             logits = self.model(ids).logits[0, -1].float()
         gap = float(logits.max() - logits[got[same]])
         assert gap <= BF16_TIE, (prompt, same, got[same], expected[same], gap)
@@ -68,22 +90,30 @@ class Reference:
         import torch
 
         ids = torch.tensor([self.tokenizer.encode(prompt, add_special_tokens=False)])
-        with torch.inference_mode():
+        with one_thread(), torch.inference_mode():
             out = self.model.generate(
                 ids, max_new_tokens=tokens, do_sample=False, pad_token_id=2, eos_token_id=None
             )
         return [int(t) for t in out[0, ids.shape[1] :]]
 
 
+@pytest.fixture(scope="module")
+def float32_reference() -> Reference:
+    """Loaded once for the module; each dtype's reference is made from it (Reference.cast)."""
+    return Reference.load()
+
+
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])
-def served(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, Reference]]:
+def served(
+    request: pytest.FixtureRequest, float32_reference: Reference
+) -> Iterator[tuple[ServerProcess, Reference]]:
     """A server on the file in one dtype (float32 with the tight KV budget that forces preemption)."""
     dtype = str(request.param)
     flags = BUDGET if dtype == "float32" else ["--context-length", "256"]
     process = start_server(
         "--hf-models", f"smollm2={smollm2_gguf()}", "--dtype", dtype, "--prefill-chunk-tokens", "16", *flags
     )
-    yield process, Reference(dtype)
+    yield process, float32_reference if dtype == "float32" else float32_reference.cast(dtype)
     assert process.terminate() == 0
 
 

@@ -7,9 +7,8 @@ contract a seeded request relies on). Tests compare served tokens with these: no
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 
 from server.batching.sampling import uniforms
 from server.runtimes.byte_lm import DEFAULT_CONTEXT, EOS, ByteLm
+from tests.support.threads import one_thread
 
 __all__ = ["EOS", "chat_prompt", "generate", "logits", "logprobs", "model", "text"]
 
@@ -43,7 +43,7 @@ def logits(lm: ByteLm, ids: Sequence[int]) -> torch.Tensor:
 def logprobs(prompt: str, tokens: Sequence[int]) -> list[float]:
     """Each token's log-probability under the model given the prompt and the tokens before it."""
     ids = list(prompt.encode())
-    with _one_thread(), torch.inference_mode():
+    with one_thread(), torch.inference_mode():
         return [
             float(torch.log_softmax(logits(model(), ids + list(tokens[:i])).double(), dim=-1)[token])
             for i, token in enumerate(tokens)
@@ -73,7 +73,7 @@ def generate(
         raise ValueError("a sampled reference needs the request's seed")
     lm = model(context_length)
     out: list[int] = []
-    with _one_thread(), torch.inference_mode():
+    with one_thread(), torch.inference_mode():
         while len(out) < max_tokens:
             last = logits(lm, ids + out).float()
             if len(out) < min_tokens:
@@ -89,18 +89,6 @@ def generate(
             if token == EOS and not ignore_eos:  # ignore_eos: EOS is a token like any other
                 break
     return out
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """A model this small gains nothing from more threads, and on a loaded machine they wait on each other
-    (60 tokens: 9 s on two threads, 0.2 s on one, on the shared 2-core runner)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def text(tokens: Sequence[int]) -> str:
