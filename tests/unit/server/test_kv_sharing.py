@@ -93,7 +93,7 @@ def sequence(prompt: list[int], salt: str) -> GenSequence:
 
 
 def test_a_referenced_prefix_is_not_evicted_and_tenants_share_only_under_one_salt() -> None:
-    memory = KvMemory(400, prefix_cache=True, metrics=Metrics(), model="m", sharing=True)
+    memory = KvMemory(400, prefix_cache=True, metrics=Metrics(), model="m", sharing=True, min_shared=1)
     prompt = list(range(100))
     first = sequence(prompt, "a")
     assert memory.admit(first, lambda victim: None)
@@ -115,7 +115,7 @@ def test_a_referenced_prefix_is_not_evicted_and_tenants_share_only_under_one_sal
 
 
 def test_a_sharer_that_leaves_is_cached_whole_for_the_next_turn() -> None:
-    memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True)
+    memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True, min_shared=1)
     prompt, mine = list(range(100)), list(range(500, 516))
     first = sequence(prompt, "")
     assert memory.admit(first, lambda victim: None)
@@ -140,7 +140,7 @@ def test_a_sharer_that_leaves_is_cached_whole_for_the_next_turn() -> None:
 
 
 def test_a_preempted_sharer_frees_its_own_part_and_caches_nothing_of_it() -> None:
-    memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True)
+    memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True, min_shared=1)
     prompt = list(range(100))
     first = sequence(prompt, "")
     assert memory.admit(first, lambda victim: None)
