@@ -25,7 +25,9 @@ def front_ends(server: ServerProcess) -> list[psutil.Process]:
 
 
 def segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("sluice-")}
+    """The server's own shared-memory segments (arenas, engines, wire payloads); a KServe client's
+    `sluice-shm-*` regions belong to other tests, which may run beside this one (pytest-xdist)."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("sluice-") and not n.startswith("sluice-shm-")}
 
 
 def infer(stub: pb_grpc.InferenceServiceStub, x: np.ndarray, model: str = "mlp") -> pb.InferResponse:

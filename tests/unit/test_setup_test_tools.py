@@ -13,8 +13,8 @@ import pytest
 from tests.support.processes import ROOT
 
 SCRIPT = ROOT / "scripts" / "setup_test_tools.sh"
-PACKAGES = ("nghttp2-client", "chromium", "prometheus", "nodejs", "npm")
-TOOLS = ("h2load", "chromium", "promtool", "node", "npm")
+PACKAGES = ("nghttp2-client", "chromium", "prometheus", "nodejs", "npm", "redis-server")
+TOOLS = ("h2load", "chromium", "promtool", "node", "npm", "redis-server")
 BASH = shutil.which("bash") or "/bin/bash"
 
 
