@@ -88,6 +88,12 @@ class KvMemory:
         """Tokens running sequences hold: their own regions and the cached prefixes they attend."""
         return self.arena.reserved() + sum(region.size for region in self._cached.values() if region.refs)
 
+    def cached(self, seq: GenSequence) -> int:
+        """Leading tokens of the sequence's feed the prefix cache holds now (dictionary lookups: its block
+        hashes are kept on the request)."""
+        hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
+        return hit.tokens if hit is not None else 0
+
     def take_moves(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
         """The moves for the next step, in order, and the spans of them each compaction made (timed)."""
         moves, spans, self.moves, self.compactions = self.moves, self.compactions, [], []

@@ -95,7 +95,7 @@ def plan_prefill(
     for seq in order:
         if left <= 0:
             break
-        if seq.region is None and memory.sharing and _follows(seq, [*going_in, *work.joined]):
+        if seq.region is None and memory.sharing and _follows(seq, [*going_in, *work.joined], memory):
             continue  # it joins once that prompt is in, referencing it
         if seq.region is None:  # waiting to join
             short = len(seq.feed) <= chunk
@@ -124,10 +124,12 @@ def plan_prefill(
     return work
 
 
-def _follows(seq: GenSequence, pending: list[GenSequence]) -> bool:
+def _follows(seq: GenSequence, pending: list[GenSequence], memory: KvMemory) -> bool:
     """Whether a prompt still going in (whose region the cache will find) begins as `seq`'s feed for at
-    least WAIT_BLOCKS blocks more than the cache holds now, under the same salt."""
-    feed, held = seq.feed, seq.blocks.verified if seq.blocks.region is not None else 0
+    least WAIT_BLOCKS blocks more than the cache holds now, under the same salt. What the cache holds is
+    looked up now, not taken from the joiner's last match: joiners that followed one prompt in all find
+    it once it is in, and must then join together, not each wait for the one admitted before it."""
+    feed, held = seq.feed, -1
     for other in pending:
         if (
             other.shared is not None
@@ -139,6 +141,10 @@ def _follows(seq: GenSequence, pending: list[GenSequence]) -> bool:
         at = 0
         while at < end and feed[at : at + ALIGN] == other.feed[at : at + ALIGN]:
             at += ALIGN
+        if at < WAIT_BLOCKS * ALIGN:
+            continue
+        if held < 0:
+            held = memory.cached(seq)
         if at >= held + WAIT_BLOCKS * ALIGN:
             return True
     return False

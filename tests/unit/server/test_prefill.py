@@ -66,3 +66,26 @@ def test_a_runtime_that_cannot_chunk_gets_whole_prompts_while_memory_lasts() -> 
     work = plan([], queue, pool, None, decoding=True)
     assert [len(p.token_ids) for p in work.prefills()] == [900, 1000, 5]
     assert len(queue) == 1 and pool.holders == 3
+
+
+def test_joiners_that_waited_for_one_prompt_join_together_once_it_is_in() -> None:
+    # A burst of one 43-token prompt (a chat template's system prompt and a question): the cache will hold
+    # its first 32 tokens, so the rest wait for the first; once it is in, they find those 32 tokens and all
+    # join in the next step (before: each waited for the one admitted before it, one joiner a step).
+    pool = KvMemory(64 * 1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True)
+    prompt = list(range(1, 44))
+    queue = deque(
+        GenSequence(
+            prompt, SamplingParams(max_tokens=4), 0, TokenStream(4, lambda: None), TextAssembler(()), 0.0,
+            feed=list(prompt),
+        )
+        for _ in range(8)
+    )  # fmt: skip
+    work = plan([], queue, pool, 32, decoding=False)
+    assert len(work.joined) == 1 and len(queue) == 7
+    for seq in work.commit():
+        pool.prefilled(seq)
+    first = work.joined
+    work = plan([], queue, pool, 32, decoding=True, going_in=first)
+    assert len(work.joined) == 7 and not queue
+    assert [(p.start, len(p.token_ids)) for p in work.prefills()] == [(32, 11)] * 7
