@@ -1,27 +1,24 @@
 """The handlers the interceptor puts in front of each method. A guarded one (Infer, Generate) admits the call
 into its model's gate, holds the slot until the call returns or its stream ends (or the write watchdog ends
-it), and writes the call's access-log line; an unguarded one (ListModels, GetModel, health) only parses its
-bytes safely, so that no method answers malformed input with UNKNOWN."""
+it), and writes the call's access-log line. The unguarded methods' handlers are in unguarded.py."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import contextvars
-import inspect
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeAlias
 
 import grpc
-from google.protobuf import descriptor_pool
 from prometheus_client import Gauge
 
 from process.access_log import AccessLog
 from process.tracing import Tracing
 from server.admission.gate import AdmissionGate
-from server.admission.reader import GuardedMethod, Refused, parsing_reader
+from server.admission.reader import GuardedMethod, Refused
 from server.admission.tenants import CALLER, TENANT_KEY
 from server.admission.watchdog import WriteWatchdog
 from server.codec.status import to_grpc_status
@@ -137,8 +134,18 @@ def guarded_handler(
     unary_behaviour: Any = handler.unary_unary
 
     async def guarded_unary(request: Any, context: Context) -> Any:
-        call_log = _CallLog.sampled(access_log, name, request, context)
+        call_log = _CallLog.sampled(access_log, name, request, context) if access_log.rate > 0 else None
         traced = tracer.call(name, request, context) if tracer is not None else None
+        if call_log is None and traced is None:  # the common call: no context managers to enter and leave
+            try:
+                slot = await admit(request, context, method)
+                context.set_trailing_metadata(_identity(request))
+                try:
+                    return await unary_behaviour(request, context)
+                finally:
+                    slot.release()
+            finally:
+                finish()
         with call_log or _UNLOGGED, traced or _UNLOGGED:
             try:  # not a generator context manager: building one per call showed in the event loop
                 slot = await admit(request, context, method)
@@ -180,9 +187,11 @@ _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 def _identity(request: Any) -> tuple[tuple[str, str], ...]:
     """The trailers that say which call this was, and on whose behalf. A caller's request id that is not
     printable ASCII (all gRPC metadata may carry) is percent-encoded: a raw one would fail the call."""
-    request_id = clip(request.request_id, 256)  # clipped first: the clip marker itself is not ASCII
-    if not (request_id.isascii() and request_id.isprintable()):  # printable ASCII: " " to "~"
-        request_id = urllib.parse.quote(request_id, safe="")
+    request_id = request.request_id
+    if not (len(request_id) <= 256 and request_id.isascii() and request_id.isprintable()):
+        request_id = clip(request_id, 256)  # clipped first: the clip marker itself is not ASCII
+        if not (request_id.isascii() and request_id.isprintable()):  # printable ASCII: " " to "~"
+            request_id = urllib.parse.quote(request_id, safe="")
     pairs = ((REQUEST_ID_KEY, request_id),)
     tenant = CALLER.get()
     return pairs if tenant is None else (*pairs, (TENANT_KEY, urllib.parse.quote(tenant.name, safe=" ")))
@@ -245,50 +254,3 @@ class _CallLog:
                 line["ttft_ms"] = round(timings.time_to_first_token.ToNanoseconds() / 1e6, 3)
                 line["decode_ms"] = round(timings.decode.ToNanoseconds() / 1e6, 3)
         self.log.write(**line)
-
-
-def parsing_handler(handler: Handler, path: str) -> Handler:
-    """An unguarded method whose bytes do not parse answers INVALID_ARGUMENT naming the field, as the
-    guarded ones do, instead of grpc's UNKNOWN."""
-    try:
-        descriptor = descriptor_pool.Default().FindMethodByName(path.lstrip("/").replace("/", ".")).input_type
-    except KeyError:
-        descriptor = None
-    read = parsing_reader(handler.request_deserializer, descriptor)
-
-    if handler.unary_stream is not None and not inspect.iscoroutinefunction(handler.unary_stream):
-        stream_behaviour: Any = handler.unary_stream
-
-        async def parsed_stream(request: Any, context: Context) -> AsyncIterator[Any]:
-            if isinstance(request, Refused):
-                await abort(context, request.error)
-            async for message in stream_behaviour(request, context):
-                yield message
-
-        return grpc.unary_stream_rpc_method_handler(
-            parsed_stream, request_deserializer=read, response_serializer=handler.response_serializer
-        )
-    # A unary answer, or a stream written through context.write (health's Watch): one coroutine either way.
-    behaviour: Any = handler.unary_unary or handler.unary_stream
-
-    async def parsed(request: Any, context: Context) -> Any:
-        if isinstance(request, Refused):
-            await abort(context, request.error)
-        return await behaviour(request, context)
-
-    make = (
-        grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
-    )
-    return make(parsed, request_deserializer=read, response_serializer=handler.response_serializer)
-
-
-def refusing_handler(handler: Handler, error: SluiceError) -> Handler:
-    """A handler that answers `error` without reading the request: its bytes are never deserialized."""
-
-    async def refuse(request: Any, context: Context) -> Any:
-        await abort(context, error)
-
-    make = (
-        grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.unary_stream_rpc_method_handler
-    )
-    return make(refuse, request_deserializer=None, response_serializer=handler.response_serializer)

@@ -31,8 +31,6 @@ from server.admission.handlers import (
     Slot,
     abort,
     guarded_handler,
-    parsing_handler,
-    refusing_handler,
 )
 from server.admission.policies import PolicySettings, default_policies
 from server.admission.policy import Admission, AdmissionPolicy, Policies
@@ -40,6 +38,7 @@ from server.admission.policy_context import PolicyContext, Serving
 from server.admission.reader import GuardedMethod, Refused, admission_reader
 from server.admission.streams import guarded_bidi, refusing_bidi
 from server.admission.tenants import Keys
+from server.admission.unguarded import parsing_handler, refusing_handler
 from server.admission.watchdog import WriteWatchdog
 from server.codec.messages import decode_priority
 from server.errors import ModelNotFound, SluiceError
@@ -224,12 +223,15 @@ class AdmissionInterceptor(_ServerInterceptor):
             releases = self.policies.hold(admission)  # before it queues
             instruments = self._instruments(model, method.name)
             queued = gate.in_use >= gate.slots
-            instruments.waiting.inc()
-            try:
-                work = method.work_of(request) if method.work_of is not None else 0
+            work = method.work_of(request) if method.work_of is not None else 0
+            if queued or type(gate) is not AdmissionGate:  # it may wait: it counts as waiting meanwhile
+                instruments.waiting.inc()
+                try:
+                    waited = await gate.acquire(admission.priority, context.time_remaining(), work)
+                finally:
+                    instruments.waiting.dec()
+            else:  # a free slot is taken (or the call refused) without suspending: no one saw it wait
                 waited = await gate.acquire(admission.priority, context.time_remaining(), work)
-            finally:
-                instruments.waiting.dec()
         except SluiceError as error:
             for release in reversed(releases):
                 release()

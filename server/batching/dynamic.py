@@ -83,6 +83,8 @@ class DynamicBatcher:
         self._batch_size = metrics.batch_size.labels(name, "Infer", device_label or model.descriptor.device)
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
         self.items_computed = 0
+        # A model that keeps TensorModel's one bucket is not asked per call (a Python call per Infer).
+        self._bucketed = type(model).bucket is not TensorModel.bucket
 
     @property
     def pending(self) -> int:
@@ -94,7 +96,7 @@ class DynamicBatcher:
         """Queues one validated item and waits for its slice of a batch; the result's queue wait counts
         the admission wait given here plus the time the batch took to form."""
         future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
-        key = self.model.bucket(item.inputs)
+        key = self.model.bucket(item.inputs) if self._bucketed else 0
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()

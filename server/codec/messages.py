@@ -37,6 +37,7 @@ _FINISH = {
     FinishReason.ERROR: pb.FINISH_REASON_ERROR,
     FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
 }
+_NANOS = 1_000_000_000
 _KIND = {ModelKind.TENSOR: pb.MODEL_KIND_TENSOR, ModelKind.GENERATIVE: pb.MODEL_KIND_GENERATIVE}
 
 
@@ -205,4 +206,8 @@ def _duration(seconds: float) -> duration_pb2.Duration:
 
 
 def _set_duration(out: duration_pb2.Duration, seconds: float) -> None:
-    out.FromNanoseconds(int(seconds * 1e9))
+    """Duration.FromNanoseconds' arithmetic, written out: its two Python calls were a part of each Infer."""
+    whole, nanos = divmod(int(seconds * 1e9), _NANOS)
+    if whole < 0 and nanos > 0:  # protobuf's rule: nanos takes the sign of seconds
+        whole, nanos = whole + 1, nanos - _NANOS
+    out.seconds, out.nanos = whole, nanos

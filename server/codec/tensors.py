@@ -33,6 +33,11 @@ _TYPED_FIELD = {
 #: numpy arrays have at most 64 dimensions; no model here needs more than a few.
 MAX_DIMS = 32
 _NUMPY_TO_DTYPE = {d.numpy: d for d in DType if d is not DType.STRING}
+# The same tables keyed by the wire's integer and numpy's dtype, so that a call's tensors are decoded and
+# encoded without an enum hash or the DType.numpy property (each a Python call, several per request).
+_NUMPY_OF_PB = {code: dtype.numpy for code, dtype in _FROM_PB.items() if dtype is not DType.STRING}
+_PB_OF_NUMPY = {numpy: TO_PB[dtype] for numpy, dtype in _NUMPY_TO_DTYPE.items()}
+_TYPED_OF_PB = {TO_PB[dtype]: name for dtype, name in _TYPED_FIELD.items()}
 
 
 def check_shape(shape: Sequence[int], path: str) -> tuple[int, ...]:
@@ -42,30 +47,32 @@ def check_shape(shape: Sequence[int], path: str) -> tuple[int, ...]:
             f"{path}.shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported",
             field=f"{path}.shape",
         )
-    if any(d < 0 for d in shape):
-        raise InvalidArgument(
-            f"{path}.shape has a negative dimension: {clip(list(shape))}", field=f"{path}.shape"
-        )
-    if math.prod(shape) == 0:
+    dims = tuple(shape)
+    if dims and min(dims) <= 0:  # one C call for the common shape (a generator here cost two Python calls)
+        if min(dims) < 0:
+            raise InvalidArgument(
+                f"{path}.shape has a negative dimension: {clip(list(shape))}", field=f"{path}.shape"
+            )
         raise InvalidArgument(f"{path} is empty (shape {clip(list(shape))})", field=f"{path}.shape")
-    return tuple(shape)
+    return dims
 
 
 def decode_tensor(tensor: pb.Tensor, path: str) -> Array:
     """Decodes one request tensor; errors name the offending field, e.g. `inputs[0].shape`."""
-    dtype = _FROM_PB.get(tensor.dtype)
+    code = tensor.dtype
+    dtype = _FROM_PB.get(code)
     if dtype is None:
         raise InvalidArgument(f"{path}.dtype must be set to a supported DataType", field=f"{path}.dtype")
     shape = check_shape(tensor.shape, path)
     count = math.prod(shape)
-    typed_name = _TYPED_FIELD[dtype]
+    typed_name = _TYPED_OF_PB[code]
     raw = tensor.raw_contents  # read once: each read of a bytes field builds a new object
     if raw:
         if dtype is DType.STRING:
             raise InvalidArgument("STRING tensors use contents.string_contents", field=f"{path}.raw_contents")
         if tensor.HasField("contents") and len(getattr(tensor.contents, typed_name)):
             raise InvalidArgument("set raw_contents or contents, not both", field=f"{path}.raw_contents")
-        numpy_dtype = dtype.numpy
+        numpy_dtype = _NUMPY_OF_PB[code]
         expected = count * numpy_dtype.itemsize
         if len(raw) != expected:
             raise InvalidArgument(
@@ -103,9 +110,10 @@ def fill_tensor(out: pb.Tensor, name: str, array: Array, *, typed: bool) -> None
         out.dtype = pb.DATA_TYPE_STRING
         out.contents.string_contents.extend(str(v) for v in array.reshape(-1))
         return
-    dtype = _NUMPY_TO_DTYPE[array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype]
-    out.dtype = TO_PB[dtype]
+    numpy_dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    code = _PB_OF_NUMPY[numpy_dtype]
+    out.dtype = code
     if typed:
-        getattr(out.contents, _TYPED_FIELD[dtype]).extend(array.reshape(-1).tolist())
+        getattr(out.contents, _TYPED_OF_PB[code]).extend(array.reshape(-1).tolist())
     else:
-        out.raw_contents = np.ascontiguousarray(array, dtype=dtype.numpy).tobytes()
+        out.raw_contents = np.ascontiguousarray(array, dtype=numpy_dtype).tobytes()

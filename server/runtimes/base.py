@@ -38,6 +38,12 @@ class TensorModel(abc.ABC):
     def validate(self, inputs: Mapping[str, Array]) -> None:
         """Rejects an item whose names, dtypes or shapes do not match the descriptor (before queueing)."""
         specs = self._input_specs
+        if len(inputs) == len(specs):  # the common call: each input as declared, in order
+            for (name, array), (want, dtype, shape) in zip(inputs.items(), self._exact_inputs, strict=True):
+                if name != want or array.dtype != dtype or array.shape != shape or not array.size:
+                    break
+            else:
+                return
         positions = {}
         for index, name in enumerate(inputs):
             if name not in specs:
@@ -65,6 +71,16 @@ class TensorModel(abc.ABC):
                     f"got {list(array.shape)}",
                     field=f"inputs[{index}].shape",
                 )
+
+    @functools.cached_property
+    def _exact_inputs(self) -> tuple[tuple[str | None, np.dtype[np.generic], tuple[int, ...]], ...]:
+        """(name, numpy dtype, shape) per declared input, for validate's one-pass check of a call that
+        matches exactly (a STRING input, named None here, or a -1 dimension never does: the checks below
+        decide it)."""
+        return tuple(
+            (None if spec.dtype is DType.STRING else spec.name, spec.dtype.numpy, tuple(spec.shape))
+            for spec in self.descriptor.inputs
+        )
 
     def bucket(self, inputs: Mapping[str, Array]) -> Hashable:
         """Items with equal buckets may share a batch; variable-length models group by length here."""
