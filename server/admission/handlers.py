@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any, TypeAlias
 
 import grpc
-from prometheus_client import Gauge
 
 from process.access_log import AccessLog
 from process.tracing import Tracing
@@ -54,7 +53,10 @@ class Slot:
     __slots__ = ("admitted", "gate", "in_flight", "on_release", "released")
 
     def __init__(
-        self, gate: AdmissionGate, in_flight: Gauge, on_release: Sequence[Callable[[], None]] = ()
+        self,
+        gate: AdmissionGate,
+        in_flight: Callable[[float], None],  # adds to the in-flight gauge (server/metric_children.py)
+        on_release: Sequence[Callable[[], None]] = (),
     ) -> None:
         self.gate = gate
         self.in_flight = in_flight
@@ -65,7 +67,7 @@ class Slot:
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.in_flight.dec()
+            self.in_flight(-1)
             self.gate.release(time.monotonic() - self.admitted)
             for release in self.on_release:
                 release()
