@@ -52,7 +52,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             batcher = chosen_replica(self.batchers, item.model)
             batcher.model.validate(item.inputs)
             deadline = call_deadline(context)
-            result = await batcher.submit(item, deadline, admission_wait_s=ADMISSION_WAIT.get())
+            result = await batcher.enqueue(item, deadline, admission_wait_s=ADMISSION_WAIT.get())
             return encode_infer(item.model, item.request_id, result, typed=item.typed_outputs)
         except SluiceError as error:
             await abort(context, error)

@@ -226,7 +226,7 @@ class AdmissionInterceptor(_ServerInterceptor):
                 raise ModelNotFound(model, sorted(method.gates))
             admission = Admission(request, method, model, gate, decode_priority(request.priority))
             releases = self.policies.hold(admission)  # before it queues
-            instruments = self._instruments(model, method.name)
+            instruments = self._children.get((model, method.name)) or self._instruments(model, method.name)
             queued = gate.in_use >= gate.slots
             work = method.work_of(request) if method.work_of is not None else 0
             if queued or type(gate) is not AdmissionGate:  # it may wait: it counts as waiting meanwhile
