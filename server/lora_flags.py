@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from process.flags import setting
 from server.admission.policy_context import PolicySettingsBase, check_setting
+from server.model_selection import named_value
 from server.runtimes.lora_limits import LoraLimits
 
 
@@ -52,11 +53,9 @@ def parse_lora_modules(entries: tuple[str, ...]) -> list[tuple[str, str]]:
     """--lora-modules NAME=PATH entries; ValueError naming the setting."""
     pairs = []
     for entry in entries:
-        name, sep, path = entry.partition("=")
-        check_setting(
-            bool(sep and name.strip() and path.strip()), "lora_modules", f"{entry!r} is not NAME=PATH"
-        )
-        pairs.append((name.strip(), path.strip()))
+        name, path = (part.strip() for part in named_value(entry) or ("", ""))
+        check_setting(bool(name and path), "lora_modules", f"{entry!r} is not NAME=PATH")
+        pairs.append((name, path))
     names = [n for n, _ in pairs]
     check_setting(len(set(names)) == len(names), "lora_modules", "adapter names repeat")
     return pairs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 from google.protobuf import duration_pb2
 from sluice.inference.v1 import inference_pb2 as pb
@@ -39,6 +41,16 @@ _FINISH = {
 }
 _NANOS = 1_000_000_000
 _KIND = {ModelKind.TENSOR: pb.MODEL_KIND_TENSOR, ModelKind.GENERATIVE: pb.MODEL_KIND_GENERATIVE}
+_REQUEST = pb.GenerateRequest.DESCRIPTOR.fields_by_name
+# GenerateSpec's fields that the request holds as plain values of the same name (a string, a number, a bool:
+# not repeated, no message, no enum, no presence): copied by name, so a value a request carries to the
+# scheduler (a per-request extra) is a proto field and a GenerateSpec field, with no line here.
+_ALIKE = tuple(
+    spec.name
+    for spec in dataclasses.fields(GenerateSpec)
+    if (proto := _REQUEST.get(spec.name)) is not None
+    and not (proto.is_repeated or proto.message_type or proto.enum_type or proto.has_presence)
+)
 
 
 def decode_priority(value: int) -> Priority:
@@ -94,13 +106,12 @@ def decode_generate(request: pb.GenerateRequest) -> GenerateSpec:
     sampling = decode_sampling(request.sampling)
     tools, tool_choice = decode_tools(request)
     return GenerateSpec(
-        model=request.model,
+        **{name: getattr(request, name) for name in _ALIKE},
         prompt_text=request.text if which == "text" else None,
         prompt_ids=tuple(request.token_ids.ids) if which == "token_ids" else None,
         prompt_chat=chat,
         sampling=sampling,
         priority=decode_priority(request.priority),
-        request_id=request.request_id,
         constraint=decode_constraint(request),
         tools=tools,
         tool_choice=tool_choice,

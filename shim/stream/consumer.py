@@ -211,10 +211,12 @@ async def respond(
     answer: Callable[[list[Choice]], Response],
     events: Callable[[Generations], AsyncIterator[bytes]],
     timed_as: str | None = None,
+    media_type: str | None = None,
 ) -> Response:
     """The HTTP answer to `generations`: a failure before the first messages is the route's HTTP error;
-    then `answer(choices)`, or `events(generations)` as an SSE stream that owns the calls from then on.
-    `timed_as` names the upstream-latency series the wait for the first messages is observed in."""
+    then `answer(choices)`, or `events(generations)` as an SSE stream (or of `media_type`) that owns the
+    calls from then on. `timed_as` names the upstream-latency series the wait for the first messages is
+    observed in."""
     handed_off = False
     try:
         with upstream_errors(json_field=generations.json_field, reconnect_s=generations.reconnect_s):
@@ -226,7 +228,7 @@ async def respond(
             if not stream:
                 return answer(await unless_disconnected(request, generations.collect()))
         handed_off = True
-        return EventStreamResponse(events(generations), on_close=generations.cancel)
+        return EventStreamResponse(events(generations), on_close=generations.cancel, media_type=media_type)
     except ClientDisconnected:
         return client_left(request)
     finally:

@@ -42,10 +42,12 @@ async def serve_generation(
     metadata: tuple[tuple[str, str], ...] = (),
     json_field: Callable[[str], str] = str,
     timed_as: str | None = None,
+    media_type: str | None = None,
 ) -> Response:
     """The HTTP answer to one generation request: `priority` is the body's own (it wins over the header);
     `metadata` goes with every call; `json_field` names the server's proto paths in errors as the family's
-    callers know them; `timed_as` names the upstream-latency series the wait for the first messages joins."""
+    callers know them; `timed_as` names the upstream-latency series the wait for the first messages joins;
+    `media_type` is the stream's where not `text/event-stream` (Ollama's `application/x-ndjson`)."""
     settings = settings_of(request)
     options = call_options(priority, request.headers, default_timeout_s=settings.generate_timeout_s)
     generations = Generations(
@@ -64,4 +66,5 @@ async def serve_generation(
         answer=answer,
         events=lambda calls: events(calls, heartbeat_s),
         timed_as=timed_as,
+        media_type=media_type,
     )

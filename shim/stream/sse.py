@@ -1,5 +1,6 @@
 """Server-sent events for every API family: the framing of a named event, the `: ping` heartbeat, and the
-response class that carries a family's events with the headers proxies need to pass them unbuffered."""
+response class that carries a family's events with the headers proxies need to pass them unbuffered (also
+a family's stream of another media type, such as Ollama's newline-delimited JSON)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def frame(event: str, data: Any) -> bytes:
 
 
 class EventStreamResponse(StreamingResponse):
-    """A `text/event-stream` response that runs `on_close` however the stream ends.
+    """A `text/event-stream` response (or `media_type`'s) that runs `on_close` however the stream ends.
 
     The body generator's own `finally` does not run if the response fails before the first
     iteration (e.g. the client left before the headers went out); `on_close` covers that path.
@@ -36,12 +37,12 @@ class EventStreamResponse(StreamingResponse):
         *,
         on_close: Callable[[], object],
         background: BackgroundTask | None = None,
+        media_type: str | None = None,
     ) -> None:
         self._events = events
         self._finished = False
-        super().__init__(
-            self._relay(), headers=SSE_HEADERS, media_type=self.media_type, background=background
-        )
+        media_type = media_type or self.media_type
+        super().__init__(self._relay(), headers=SSE_HEADERS, media_type=media_type, background=background)
         self._on_close = on_close
 
     async def _relay(self) -> AsyncIterator[bytes]:

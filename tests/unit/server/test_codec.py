@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sluice.inference.v1 import inference_pb2 as pb
 
+from server.codec import messages
 from server.codec.messages import decode_generate, encode_chunk, encode_infer
 from server.codec.tensors import decode_tensor, encode_tensor
 from server.codec.wire import find_invalid_utf8
@@ -67,6 +68,17 @@ def test_generate_defaults_stay_unset_for_the_model_to_fill() -> None:
     spec = decode_generate(pb.GenerateRequest(model="m", text="hi"))
     s = spec.sampling
     assert (s.max_tokens, s.temperature, s.seed, s.stop) == (None, None, None, ())
+
+
+def test_a_generates_plain_fields_decode_by_name() -> None:
+    """A GenerateSpec field the request holds alike as a plain value (a per-request extra it carries) needs
+    no decoding line: model and request_id come by name; fields with a shape of their own do not."""
+    spec = decode_generate(
+        pb.GenerateRequest(model="m", text="hi", request_id="r-1", priority=pb.PRIORITY_HIGH)
+    )
+    assert (spec.model, spec.request_id, spec.priority.name) == ("m", "r-1", "HIGH")
+    assert {"model", "request_id"} <= set(messages._ALIKE)
+    assert not {"priority", "sampling", "tools", "parallel_tool_calls"} & set(messages._ALIKE)
 
 
 def test_final_chunk_carries_reason_usage_and_error() -> None:

@@ -4,11 +4,13 @@ events, and the terminal done and error events."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import grpc
 
 from shim.errors import ErrorBody
 from shim.native import generation
+from shim.stream.sse import EventStreamResponse
 
 
 def test_token_event_framing() -> None:
@@ -46,3 +48,17 @@ def test_error_event_wraps_the_error_body() -> None:
     event, data = framed.decode().rstrip("\n").split("\n")
     assert event == "event: error"
     assert json.loads(data.removeprefix("data: "))["error"]["retry_after_s"] == 1.0
+
+
+async def _none() -> AsyncIterator[bytes]:
+    yield b""
+
+
+def test_a_family_may_stream_another_media_type_with_the_same_headers() -> None:
+    """Ollama's stream is newline-delimited JSON: the family names its media type; the unbuffered headers and
+    the close hook are the same."""
+    sse = EventStreamResponse(_none(), on_close=lambda: None)
+    ndjson = EventStreamResponse(_none(), on_close=lambda: None, media_type="application/x-ndjson")
+    assert sse.headers["content-type"].startswith("text/event-stream")
+    assert ndjson.headers["content-type"] == "application/x-ndjson"
+    assert ndjson.headers["x-accel-buffering"] == sse.headers["x-accel-buffering"] == "no"
