@@ -1,9 +1,9 @@
 """A step's LoRA adapters as the native decoder's layer stack takes them (decoder_graph.LayerStack, whose
 lora_graph.lora_delta adds them): the loaded adapters stacked in banks of at most STACK_RANKS ranks, each
-bank's A side by side and B one above the other per fused projection, so that one x @ A_bank, masked to
-each row's own adapter's columns, @ B_bank adapts every row of the bank at once (punica's BGMV, in torch:
-three ops per projection and layer whatever the adapters, where grouping rows by adapter took four per
-adapter; SmolLM2 in bfloat16 at 32 rows over 4 adapters: LoRA's share of a step from 32% to 20%).
+bank's A side by side and B one above the other per fused projection (oneDNN-prepacked where the base
+model's weights are), so that one x @ A_bank, masked to each row's own adapter's columns, @ B_bank adapts
+every row of the bank at once (punica's BGMV, in torch: three ops per projection and layer whatever the
+adapters, where grouping rows by adapter took four per adapter; bench.lora_step).
 
 The mask costs FLOPs: every row of a bank multiplies by all its adapters' columns, the others' masked to
 zero (the LoRA FLOPs are some 2% of SmolLM2's per rank 16; small bfloat16 matmuls cost ~15 us each however
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from server.runtimes.lora import PROJECTIONS, LoraAdapter, RowAdapter
+from server.runtimes.quantized import prepacks
 
 #: The ranks one bank holds (--max-loras 4 x --max-lora-rank 16, the defaults, fit in one): past it, a row's
 #: masked columns would cost more than one more bank's gather and scatter.
@@ -112,6 +113,15 @@ def _packed(adapters: list[LoraAdapter]) -> list[list[LoraAdapter]]:
     return banks
 
 
+def _prepacked(weight: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`weight` [in, out] as lora_graph multiplies by it: as a linear weight [out, in] in oneDNN's blocked
+    layout where the base model's are (quantized.prepacks), else as it is."""
+    if not prepacks(dtype, device):
+        return weight
+    packed: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 32)
+    return packed
+
+
 def _stacked(members: tuple[LoraAdapter, ...], dtype: torch.dtype, device: torch.device) -> _Bank:
     empty = torch.empty(0, dtype=dtype, device=device)
     layers: list[list[torch.Tensor]] = []
@@ -124,7 +134,8 @@ def _stacked(members: tuple[LoraAdapter, ...], dtype: torch.dtype, device: torch
             parts = [(s, m.layers[layer][2 * p], m.layers[layer][2 * p + 1]) for s, m in enumerate(members)]
             parts = [part for part in parts if part[1].numel() > 0]
             if parts:
-                weights += [torch.cat([a for _, a, _ in parts], dim=1), torch.cat([b for _, _, b in parts])]
+                a, b = torch.cat([a for _, a, _ in parts], dim=1), torch.cat([b for _, _, b in parts])
+                weights += [_prepacked(a, dtype, device), _prepacked(b, dtype, device)]
             else:
                 weights += [empty, empty]
             owner = tuple(s for s, a, _ in parts for _ in range(a.shape[1]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 from server.batching.extras import RequestExtras
@@ -13,6 +14,7 @@ from server.domain import GenerateSpec
 from server.runtimes.lora import LoraAdapter
 from server.runtimes.lora_graph import lora_delta
 from server.runtimes.lora_stack import STACK_RANKS, LoraStacks
+from server.runtimes.quantized import prepacks
 
 
 def adapter(name: str) -> LoraAdapter:
@@ -37,7 +39,9 @@ def test_the_model_name_resolves_to_the_adapter_and_its_load_salts_the_cache() -
     assert RequestExtras.of(spec("a"), tenant_salt="", model=None) == RequestExtras()
 
 
-def projected(rank: int, seed: int, skip: tuple[int, ...] = ()) -> LoraAdapter:
+def projected(
+    rank: int, seed: int, skip: tuple[int, ...] = (), dtype: torch.dtype = torch.float32
+) -> LoraAdapter:
     """An adapter of 2 layers over projections of widths in -> out (8 -> 6, 6 -> 8, 8 -> 10, 10 -> 8,
     as PROJECTIONS), seeded, leaving the projections in `skip` alone."""
     generator = torch.Generator().manual_seed(seed)
@@ -54,6 +58,7 @@ def projected(rank: int, seed: int, skip: tuple[int, ...] = ()) -> LoraAdapter:
                     torch.randn(rank, fan_out, generator=generator),
                 ]
         layers.append(row)
+    layers = [[t.to(dtype) for t in row] for row in layers]
     return LoraAdapter(f"r{rank}", "/adapters", rank, ("q_proj",), layers)
 
 
@@ -93,20 +98,41 @@ def test_banked_deltas_equal_each_rows_own_adapter() -> None:
     assert stacks.segments([2], [], [row(None)]) == ([], [])
 
 
+def test_a_bfloat16_bank_is_prepacked_and_adds_the_same_deltas() -> None:
+    if not prepacks(torch.bfloat16, torch.device("cpu")):
+        pytest.skip("this CPU has no oneDNN bfloat16 matmuls: banks stay dense")
+    adapters = [projected(2, 1, dtype=torch.bfloat16), projected(8, 2, (3,), dtype=torch.bfloat16)]
+    stacks = LoraStacks(torch.bfloat16, torch.device("cpu"))
+    stacks.restack(adapters)
+    per_token = [adapters[0], None, adapters[1], adapters[1], None]
+    row: Any = lambda found: SimpleNamespace(adapter=found)  # noqa: E731
+    weights, rows = stacks.segments([], [], [row(a) for a in per_token])
+    assert weights[0][0][0].is_mkldnn and weights[0][0][1].is_mkldnn
+    assert_deltas(weights, rows, per_token)
+    everyone = [adapters[1], adapters[0]]
+    weights, rows = stacks.segments([], [], [row(a) for a in everyone])
+    assert_deltas(weights, rows, everyone)
+
+
 def assert_deltas(weights: Any, rows: Any, per_token: list[LoraAdapter | None]) -> None:
-    """lora_delta over the stacks adds each token row its own adapter's x @ A @ B, and nothing to the base
-    model's rows, in every layer and projection."""
+    """lora_delta over the stacks adds each token row its own adapter's x @ A @ B (as float32 computes it
+    from the same values; bfloat16's rounding allowed where the adapters are bfloat16), and nothing to the
+    base model's rows, in every layer and projection."""
     generator = torch.Generator().manual_seed(0)
+    dtype = next(a for a in per_token if a is not None).layers[0][0].dtype
     for layer in range(2):
         for p, (fan_in, fan_out) in enumerate([(8, 6), (6, 8), (8, 10), (10, 8)]):
-            x = torch.randn(len(per_token), fan_in, generator=generator)
-            y = torch.randn(len(per_token), fan_out, generator=generator)
-            expected = y.clone()
+            x = torch.randn(len(per_token), fan_in, generator=generator).to(dtype)
+            y = torch.randn(len(per_token), fan_out, generator=generator).to(dtype)
+            expected = y.to(torch.float32, copy=True)
             for t, adapter in enumerate(per_token):
                 a = adapter.layers[layer][2 * p] if adapter is not None else torch.empty(0)
                 if adapter is not None and a.numel() > 0:
-                    expected[t] += x[t] @ a @ adapter.layers[layer][2 * p + 1]
+                    expected[t] += x[t].float() @ a.float() @ adapter.layers[layer][2 * p + 1].float()
             got = lora_delta(x, y.clone(), weights, rows, layer, 2 * p)
-            torch.testing.assert_close(got, expected)
+            loose = dtype == torch.bfloat16
+            torch.testing.assert_close(
+                got.float(), expected, rtol=0.03 if loose else 1e-5, atol=0.3 if loose else 1e-5
+            )
             base = [t for t, adapter in enumerate(per_token) if adapter is None]
             assert torch.equal(got[base], y[base])  # the base model's rows: untouched, bit for bit
