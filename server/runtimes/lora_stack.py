@@ -53,6 +53,9 @@ class LoraStacks:
 
     def restack(self, adapters: Iterable[LoraAdapter]) -> None:
         """Banks of `adapters` (in load order), replacing the former ones; a bank of one adapter is none."""
+        # Called on a worker thread, whose OpenMP team starts at every core, not at --torch-threads (torch
+        # applies it per thread on first use): oneDNN's reorders would spin on every core beside the steps.
+        torch.set_num_threads(torch.get_num_threads())
         banks: dict[int, _Bank] = {}
         for members in _packed(sorted(adapters, key=lambda a: a.uid)):
             if len(members) > 1:
