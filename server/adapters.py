@@ -108,6 +108,7 @@ class Adapters:
                 ) from None
             for scheduler, adapter in zip(replicas, read, strict=True):
                 scheduler.model.adapters = MappingProxyType({**scheduler.model.adapters, name: adapter})
+                await asyncio.to_thread(scheduler.model.adapters_changed)
             self.bases[name] = base
             self.servicer.schedulers[name] = replicas
             info = type(self.servicer.models[base])()
@@ -133,6 +134,7 @@ class Adapters:
             for scheduler in self.servicer.schedulers.pop(name):
                 rest = {n: a for n, a in scheduler.model.adapters.items() if n != name}
                 scheduler.model.adapters = MappingProxyType(rest)
+                await asyncio.to_thread(scheduler.model.adapters_changed)
 
     def _only_base(self) -> str:
         generative = [name for name in self.servicer.schedulers if name not in self.bases]

@@ -213,6 +213,12 @@ class GenerativeModel(abc.ABC):
         adapters in their step override this."""
         raise AdapterError(f"model {self.descriptor.name} cannot serve LoRA adapters (its runtime has none)")
 
+    def adapters_changed(self) -> None:
+        """Called off the event loop after `adapters` is replaced (a load or an unload): a runtime that
+        prepares the loaded adapters together (runtimes/lora_stack.py's banks) does it here, beside the
+        running steps."""
+        return  # a runtime without adapters has nothing to prepare
+
     def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
         """One scheduler step (server/batching/step.py calls this): logits [N, V] in `batch`'s row order. The
         default runs forward(); a runtime that reads a row's extras (an adapter slot) overrides this."""

@@ -12,7 +12,8 @@ from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
 from server.runtimes.hf_checkpoint import HfCheckpoint, HfGenerativeModel
 from server.runtimes.llama import LlamaDecoder
-from server.runtimes.lora import LoraAdapter, LoraLimits, read_adapter, segments
+from server.runtimes.lora import LoraAdapter, LoraLimits, read_adapter
+from server.runtimes.lora_stack import LoraStacks
 from server.runtimes.step_batch import StepBatch
 
 
@@ -34,7 +35,7 @@ class LlamaFamilyLm(HfGenerativeModel):
             dtype=dtype, quantization=quantization,
         )  # fmt: skip
         self._no_rows = torch.empty(0, dtype=torch.long, device=device)
-        self._adapted = False
+        self._stacks: LoraStacks | None = None  # from the first adapter's load on
         self.decoder = LlamaDecoder(
             checkpoint.path, checkpoint.config, dtype=dtype, device=device, quantization=quantization
         )
@@ -43,8 +44,8 @@ class LlamaFamilyLm(HfGenerativeModel):
         self.shares_prefixes = self.decoder.geometry.window is None
 
     def step(self, batch: StepBatch, *, computing: Callable[[], None] = lambda: None) -> torch.Tensor:
-        lora = ([], []) if not self._adapted else segments(
-            [len(p.token_ids) for p in batch.prefills], batch.prefill_extras, batch.decode_extras, self.device
+        lora = ([], []) if self._stacks is None else self._stacks.segments(
+            [len(p.token_ids) for p in batch.prefills], batch.prefill_extras, batch.decode_extras
         )  # fmt: skip
         return self.decoder.forward(
             batch.prefills, batch.bases, batch.tokens, batch.positions, computing=computing,
@@ -52,9 +53,10 @@ class LlamaFamilyLm(HfGenerativeModel):
         )  # fmt: skip
 
     def read_adapter(self, name: str, path: Path, limits: LoraLimits) -> LoraAdapter:
-        # From the first adapter on, every step groups its rows by adapter (an unloaded adapter's running
+        # From the first adapter on, every step stacks its rows' adapters (an unloaded adapter's running
         # sequences keep theirs); before it, the step is the base model's alone, with no per-row Python.
-        self._adapted = True
+        if self._stacks is None:
+            self._stacks = LoraStacks(self.decoder.dtype, self.device)
         config, decoder = self.checkpoint.config, self.decoder
         layout = architecture_of(config)
         assert isinstance(layout, Architecture)  # the native decoder runs only what the table names
@@ -66,6 +68,10 @@ class LlamaFamilyLm(HfGenerativeModel):
         return read_adapter(
             name, path, layout, shapes, len(decoder.weights), limits, dtype=decoder.dtype, device=self.device
         )
+
+    def adapters_changed(self) -> None:
+        if self._stacks is not None:
+            self._stacks.restack(self.adapters.values())
 
     def allocate_cache(self, tokens: int) -> int:
         return self.decoder.allocate(tokens, self.context_length)

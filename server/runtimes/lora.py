@@ -1,11 +1,11 @@
 """LoRA adapters in PEFT's saved format (adapter_config.json + adapter_model.safetensors), read, checked and
-laid out for the native decoder's fused projections (decoder_graph.LayerStack), and the step's rows grouped
-by adapter (punica's SGMV, in torch): each adapter's rows take x @ A @ B added to the base projection, so
-sequences of several adapters and of the base model decode in one step, with no merge into the weights.
+laid out for the native decoder's fused projections (decoder_graph.LayerStack): each adapter's rows take
+x @ A @ B added to the base projection (lora_stack.py stacks a step's adapters), so sequences of several
+adapters and of the base model decode in one step, with no merge into the weights.
 
-An adapter's tensors are its own (never stacked into shared slots): a request holds the adapter it was
-resolved to, so an unload never pulls weights from under a running sequence, and a load builds a new
-object beside the running steps (it never blocks them)."""
+An adapter's tensors are its own (never written into shared slots; a step's stacks are copies): a request
+holds the adapter it was resolved to, so an unload never pulls weights from under a running sequence, and a
+load builds a new object beside the running steps (it never blocks them)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -202,26 +202,3 @@ class RowAdapter(Protocol):
 
     @property
     def adapter(self) -> LoraAdapter | None: ...
-
-
-def segments(
-    chunk_sizes: Sequence[int], prefill_extras: Sequence[RowAdapter], decode_extras: Sequence[RowAdapter],
-    device: torch.device,
-) -> tuple[list[list[list[torch.Tensor]]], list[torch.Tensor]]:  # fmt: skip
-    """The step's token rows grouped by adapter: each adapter's weights and its rows' indices (the prefill
-    chunks' tokens first, then one row per decoding sequence). Empty when no row has an adapter: the stack
-    then runs exactly the base model's ops."""
-    groups: dict[int, tuple[LoraAdapter, list[int]]] = {}
-    offset = 0
-    chunk_extras: Sequence[RowAdapter | None] = prefill_extras or [None] * len(chunk_sizes)
-    for size, extras in zip(chunk_sizes, chunk_extras, strict=True):
-        adapter = extras.adapter if extras is not None else None
-        if adapter is not None:
-            groups.setdefault(adapter.uid, (adapter, []))[1].extend(range(offset, offset + size))
-        offset += size
-    for row, extras in enumerate(decode_extras):
-        if extras.adapter is not None:
-            groups.setdefault(extras.adapter.uid, (extras.adapter, []))[1].append(offset + row)
-    weights = [adapter.layers for adapter, _ in groups.values()]
-    rows = [torch.tensor(r, dtype=torch.long, device=device) for _, r in groups.values()]
-    return weights, rows
