@@ -1,21 +1,24 @@
-"""Prefix routing against round-robin (issue 33, acceptance 1), all of it in one run: one fleet of byte-LM
-replicas (`--access-log 1`, so each call's replica is known by its request id), two shims in front of it
+"""Prefix routing against round-robin (issue 33, acceptance 1), all of it in one run: a fleet of byte-LM
+replicas (`--access-log 1`, so each call's replica is known by its request id), shims in front of it
 (`--routing round_robin` and `--routing prefix`), and multi-turn chat sessions that resend their
-conversation each turn through the official `openai` SDK, streamed (bench/fleet_sessions.py). Per repeat,
-three phases on the same replicas, each with sessions of its own words (one phase's cache never serves
-another's):
+conversation each turn through the official `openai` SDK, streamed, opening over `--ramp-s` and reading
+each answer for `--think-s` (bench/fleet_sessions.py). Per repeat, three phases, each with sessions of its
+own words (one phase's cache never serves another's):
 
-1. round-robin; 2. prefix routing, every replica healthy; 3. prefix routing with replica 0 made slow by a
-busy model: its every sequence slot (`--max-sequences`) held by long generations (`--busy-tokens`,
-ignore_eos) sent to it directly, each replaced as it ends, so a call routed there waits for a slot.
+1. round-robin over the four replicas; 2. prefix routing over the same four;
+3. prefix routing (a third shim) over replicas 1-3 and, in replica 0's place, a slow one: the same model
+with a smaller KV budget (`--slow-kv-mib`), so it runs few sequences at once and keeps few prefixes; calls
+routed there wait for KV. A smaller budget rather than a busy model: on a 2-core machine a busy model's
+decoding takes the other replicas' CPU too, and so slows the whole fleet, not one replica.
 
 Prints per phase TTFT p50 and p99, the fleet's cached-token share (usage cached_tokens / prompt tokens) and
 each replica's share of the calls; then, as medians over repeats with their range, against the targets:
 TTFT p50 round-robin / prefix >= 3x; prefix's cached share >= 0.8; the slow replica's share of calls under
-prefix routing below its healthy share; the p99 TTFT of the calls it served at most the others' p99.
+prefix routing below replica 0's healthy share; the p99 TTFT of the calls it served at most the others'.
 
-The system prompt is long (`--opening-words`, ~5.6 bytes a word: byte-LM tokens are bytes) and answers
-short (8 tokens), so TTFT is the prefill of the resent conversation, which a replica that holds it skips.
+The system prompt is long (`--opening-words`, ~6.5 byte-LM tokens a word: its tokens are bytes) and
+answers short (8 tokens), so TTFT is the prefill of the resent conversation, which a replica that holds it
+skips.
 
     .venv/bin/python -m bench.fleet [--replicas 4] [--sessions 64] [--turns 8] [--repeats 3] [--quick]
 """
@@ -26,19 +29,24 @@ import argparse
 import asyncio
 import math
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from bench.fleet_sessions import BusyReplica, Turn, cached_share, run_sessions, served_by
+import httpx
+
+from bench.fleet_sessions import Turn, cached_share, run_sessions, served_by
+from bench.prometheus import parse, total
 from bench.stack import STOP_GRACE_S, SluiceServer, SluiceShim
 from bench.stats import Spread, percentile
 
 __all__ = ["Turn", "cached_share", "run_sessions"]  # tests/integration/test_fleet_routing.py drives these
 
 PHASES = ("round_robin", "prefix", "prefix_slow")
+REASONS = ("prefix", "least_loaded", "balanced")  # shim/upstream/routing/prefix.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,7 @@ class Phase:
 
     turns: list[Turn]
     replica: list[int]
+    reasons: dict[str, float]  # why prefix routing sent the calls where it did (sluice_shim_routed_total)
 
     def ttft_ms(self, keep: Any = None) -> list[float]:
         return [
@@ -73,17 +82,19 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
         f"{args.turns} turns (opening over {args.ramp_s:g} s), system prompt {args.opening_words} words; "
         f"{args.repeats} repeats, {wall_s:.0f} s; CPU: {_cpu()}"
     )
-    print(f"  slow replica (phase prefix_slow): replica 0 busy, {args.max_sequences} generations of "
-          f"{args.busy_tokens} tokens held in its slots")  # fmt: skip
+    print(f"  slow replica (phase prefix_slow): replica 0's place taken by one with a KV budget of "
+          f"{args.slow_kv_mib} MiB; users think {args.think_s:g} s between turns")  # fmt: skip
     p50: dict[str, list[float]] = {}
     for name, runs in phases.items():
         p50[name] = [percentile(run.ttft_ms(), 50) for run in runs]
         p99 = [percentile(run.ttft_ms(), 99) for run in runs]
         shares = [cached_share(run.turns) for run in runs]
         calls = ["/".join(f"{run.share(r):.2f}" for r in range(args.replicas)) for run in runs]
+        why = ", ".join(f"{w} {Spread.of([run.reasons[w] for run in runs]).format(0)}" for w in REASONS)
         print(
             f"  {name:12} TTFT p50 {Spread.of(p50[name]).format(1)} ms, p99 {Spread.of(p99).format(1)} ms, "
             f"cached share {Spread.of(shares).format(3)}, calls per replica {' '.join(calls)}"
+            + (f"; routed: {why}" if name != "round_robin" else "")
         )
     ratio = Spread.of([rr / px for rr, px in zip(p50["round_robin"], p50["prefix"], strict=True)])
     share = Spread.of([cached_share(run.turns) for run in phases["prefix"]])
@@ -107,20 +118,28 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
           f"{Spread.of(others_p99).format(1)} ms: {_met(f'{sum(held)}/{len(held)} repeats', 'at most the others', all(held))}")  # fmt: skip  # noqa: E501
 
 
+def _reasons(url: str) -> dict[str, float]:
+    samples = parse(httpx.get(f"{url}/metrics", timeout=30).text)
+    return {why: total(samples, "sluice_shim_routed_total", reason=why) for why in REASONS}
+
+
 def _phase(
     args: argparse.Namespace, url: str, servers: Sequence[SluiceServer], *, seed: int, name: str
 ) -> Phase:
+    before = _reasons(url)
     turns = asyncio.run(
         run_sessions(
             url, sessions=args.sessions, turns=args.turns, seed=seed, opening_words=args.opening_words,
-            tag=name, start_gap_s=args.ramp_s / args.sessions,
+            tag=name, start_gap_s=args.ramp_s / args.sessions, think_s=args.think_s,
         )
     )  # fmt: skip
     # A replica writes a call's access-log line as the call ends: the last few may still be on their way.
     deadline = time.monotonic() + 30
     while True:
         try:
-            return Phase(turns, served_by([list(s.lines) for s in servers], turns))
+            served = served_by([list(s.lines) for s in servers], turns)
+            after = _reasons(url)
+            return Phase(turns, served, {why: after[why] - before[why] for why in REASONS})
         except LookupError:
             if time.monotonic() > deadline:
                 raise
@@ -140,40 +159,47 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--opening-words", type=int, default=150, help="each session's system prompt")
     parser.add_argument("--max-sequences", type=int, default=24, help="per replica")
     parser.add_argument("--kv-mib", type=int, default=1024, help="each replica's KV cache")
-    parser.add_argument("--busy-tokens", type=int, default=256, help="the slow replica's held generations")
+    parser.add_argument("--slow-kv-mib", type=int, default=48, help="the slow replica's KV cache")
+    parser.add_argument("--think-s", type=float, default=2.0, help="a user's pause between turns")
     parser.add_argument("--ramp-s", type=float, default=8.0, help="sessions open evenly over this long")
     parser.add_argument("--no-slow", action="store_true", help="skip the slowed-replica phase")
-    parser.add_argument("--quick", action="store_true", help="4 replicas, 8 sessions, 4 turns, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="4 replicas, 8 sessions, 6 turns, 1 repeat")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sessions, args.turns, args.repeats, args.opening_words = 8, 4, 1, 120
-        args.max_sequences, args.ramp_s = 4, 2.0
+        args.sessions, args.turns, args.repeats, args.opening_words = 8, 6, 1, 120
+        args.ramp_s, args.think_s, args.slow_kv_mib = 2.0, 0.5, 16
     flags = ("--models", "byte-lm", "--model-options", f"byte-lm.size={args.size}",
              "--context-length", str(args.context_length), "--max-sequences", str(args.max_sequences),
-             "--kv-cache-bytes", str(args.kv_mib << 20), "--torch-threads", "1",
-             "--probe-interval-s", "0.2", "--access-log", "1")  # fmt: skip
+             "--torch-threads", "1", "--probe-interval-s", "0.2", "--access-log", "1")  # fmt: skip
     names = PHASES[:2] if args.no_slow else PHASES
     phases: dict[str, list[Phase]] = {name: [] for name in names}
     started = time.monotonic()
     with ExitStack() as stack:
-        servers = []
-        for _ in range(args.replicas):
-            server = SluiceServer(*flags)
-            stack.callback(server.stop, STOP_GRACE_S)
-            servers.append(server)
-        target = ",".join(s.target for s in servers)
-        shims = {}
-        for mode in ("round_robin", "prefix"):
-            shim = SluiceShim(target, "--routing", mode, "--routing-probe-s", "0.2")
-            stack.callback(shim.stop, STOP_GRACE_S)
-            shims[mode] = shim
+
+        def server(kv_mib: int) -> SluiceServer:
+            child = SluiceServer(*flags, "--kv-cache-bytes", str(kv_mib << 20))
+            stack.callback(child.stop, STOP_GRACE_S)
+            return child
+
+        def shim(fleet: Sequence[SluiceServer], mode: str) -> SluiceShim:
+            child = SluiceShim(
+                ",".join(s.target for s in fleet), "--routing", mode, "--routing-probe-s", "0.2"
+            )
+            stack.callback(child.stop, STOP_GRACE_S)
+            return child
+
+        healthy = [server(args.kv_mib) for _ in range(args.replicas)]
+        fleets = {"round_robin": healthy, "prefix": healthy}
+        if not args.no_slow:
+            fleets["prefix_slow"] = [server(args.slow_kv_mib), *healthy[1:]]
+        shims = {name: shim(fleet, name.removesuffix("_slow")) for name, fleet in fleets.items()}
         for repeat in range(args.repeats):
             for number, name in enumerate(names):
-                busy = BusyReplica(servers[0].target, slots=args.max_sequences, max_tokens=args.busy_tokens)
-                with busy if name == "prefix_slow" else nullcontext():
-                    url = shims["round_robin" if name == "round_robin" else "prefix"].url
-                    seed = repeat * len(PHASES) + number
-                    phases[name].append(_phase(args, url, servers, seed=seed, name=name))
+                began = time.monotonic()
+                seed = repeat * len(PHASES) + number
+                phases[name].append(_phase(args, shims[name].url, fleets[name], seed=seed, name=name))
+                print(f"  repeat {repeat + 1}/{args.repeats} {name}: {time.monotonic() - began:.0f} s",
+                      file=sys.stderr, flush=True)  # fmt: skip
     report(args, phases, time.monotonic() - started)
 
 

@@ -1,23 +1,18 @@
 """bench.fleet's load and its bookkeeping: multi-turn chat sessions through the official `openai` SDK that
 resend their conversation each turn (each call named by an `X-Request-Id` of its session and turn), the
-replica that served each call (from the replicas' access-log lines, which carry that id), and the busy
-model that makes one replica slow (its every sequence slot held by long generations sent to it directly)."""
+replica that served each call (from the replicas' access-log lines, which carry that id)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import openai
-from sluice.inference.v1 import inference_pb2 as pb
-from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from wire.metadata import REQUEST_ID
 
@@ -53,11 +48,13 @@ async def run_sessions(
     max_tokens: int = 8,
     tag: str = "fleet",
     start_gap_s: float = 0.0,
+    think_s: float = 0.0,
 ) -> list[Turn]:
     """`sessions` conversations, each `turns` turns long: a system message of `opening_words` words (its
     own), then a short user turn after each answer; every turn resends the whole conversation. Each call's
     X-Request-Id is `{tag}-{seed}-{session}-{turn}`. Session i opens `start_gap_s` x i after the first
-    (conversations arrive over time, as a fleet sees them; 0: all at once)."""
+    (conversations arrive over time, as a fleet sees them; 0: all at once); a user reads an answer for
+    `think_s` before the next turn (0: a closed loop, which saturates any fleet)."""
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
     done: list[Turn] = []
 
@@ -68,6 +65,8 @@ async def run_sessions(
             {"role": "system", "content": f"session {seed}-{index}: " + _words(rng, opening_words)},
         ]
         for turn in range(turns):
+            if turn:
+                await asyncio.sleep(think_s)
             messages.append({"role": "user", "content": _words(rng, turn_words)})
             request_id = f"{tag}-{seed}-{index}-{turn}"
             started = time.perf_counter()
@@ -118,47 +117,3 @@ def served_by(logs: Sequence[Iterable[str]], turns: Sequence[Turn]) -> list[int]
     if missing:
         raise LookupError(f"{len(missing)} calls in no replica's access log, e.g. {missing[:3]}")
     return [where[t.request_id] for t in turns]
-
-
-class BusyReplica:
-    """While entered: `slots` generations of `max_tokens` (ignore_eos) at a time sent straight to one
-    replica, each replaced as it ends, so calls routed there wait for a slot. Entered once its slots are
-    all taken (every generation has sent its first token)."""
-
-    def __init__(self, target: str, *, slots: int, max_tokens: int, model: str = "byte-lm") -> None:
-        self.target, self.slots, self.model = target, slots, model
-        sampling = pb.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        self._request = pb.GenerateRequest(model=model, text="busy", sampling=sampling)
-        self._stop = threading.Event()
-        self._held = threading.Event()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._hold, name="busy replica", daemon=True)
-
-    def __enter__(self) -> BusyReplica:
-        self._thread.start()
-        if not self._held.wait(120):
-            self._stop.set()
-            raise RuntimeError(f"the busy replica's slots were never held: {self._failure!r}")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(120)
-
-    def _hold(self) -> None:
-        try:
-            with grpc.insecure_channel(self.target) as channel:
-                stub = pb_grpc.InferenceServiceStub(channel)
-                calls: list[Any] = [stub.Generate(self._request, timeout=600) for _ in range(self.slots)]
-                for call in calls:
-                    next(call)
-                self._held.set()
-                while not self._stop.is_set():
-                    for i, call in enumerate(calls):
-                        if call.done() or not call.is_active():
-                            calls[i] = stub.Generate(self._request, timeout=600)
-                    self._stop.wait(0.02)
-                for call in calls:
-                    call.cancel()
-        except BaseException as failure:  # reported by __enter__, or ends the holding
-            self._failure = failure
