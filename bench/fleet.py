@@ -20,7 +20,9 @@ The system prompt is long (`--opening-words`, ~6.5 byte-LM tokens a word: its to
 answers short (8 tokens), so TTFT is the prefill of the resent conversation, which a replica that holds it
 skips.
 
-    .venv/bin/python -m bench.fleet [--replicas 4] [--sessions 64] [--turns 8] [--repeats 3] [--quick]
+    .venv/bin/python -m bench.fleet [--replicas 4] [--sessions 64] [--turns 8] [--repeats 3]
+        [--think-s 2] [--ramp-s 8] [--opening-words 150] [--max-tokens 8] [--size small]
+        [--slow-kv-mib 48 (holds 6,144 small / 2,048 bench tokens; at least --context-length)] [--quick]
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
     print(
         f"bench.fleet: {args.replicas} replicas of byte-lm ({args.size}, context {args.context_length}, "
         f"--max-sequences {args.max_sequences}, KV {args.kv_mib} MiB each), {args.sessions} sessions x "
-        f"{args.turns} turns (opening over {args.ramp_s:g} s), system prompt {args.opening_words} words; "
+        f"{args.turns} turns (opening over {args.ramp_s:g} s), system prompt {args.opening_words} words, "
+        f"answers {args.max_tokens} tokens; "
         f"{args.repeats} repeats, {wall_s:.0f} s; CPU: {_cpu()}"
     )
     print(f"  slow replica (phase prefix_slow): replica 0's place taken by one with a KV budget of "
@@ -131,6 +134,7 @@ def _phase(
         run_sessions(
             url, sessions=args.sessions, turns=args.turns, seed=seed, opening_words=args.opening_words,
             tag=name, start_gap_s=args.ramp_s / args.sessions, think_s=args.think_s,
+            max_tokens=args.max_tokens,
         )
     )  # fmt: skip
     # A replica writes a call's access-log line as the call ends: the last few may still be on their way.
@@ -160,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-sequences", type=int, default=24, help="per replica")
     parser.add_argument("--kv-mib", type=int, default=1024, help="each replica's KV cache")
     parser.add_argument("--slow-kv-mib", type=int, default=48, help="the slow replica's KV cache")
+    parser.add_argument("--max-tokens", type=int, default=8, help="each answer's length")
     parser.add_argument("--think-s", type=float, default=2.0, help="a user's pause between turns")
     parser.add_argument("--ramp-s", type=float, default=8.0, help="sessions open evenly over this long")
     parser.add_argument("--no-slow", action="store_true", help="skip the slowed-replica phase")
@@ -167,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.sessions, args.turns, args.repeats, args.opening_words = 8, 6, 1, 120
-        args.ramp_s, args.think_s, args.slow_kv_mib = 2.0, 0.5, 16
+        args.ramp_s, args.think_s = 2.0, 0.5
     flags = ("--models", "byte-lm", "--model-options", f"byte-lm.size={args.size}",
              "--context-length", str(args.context_length), "--max-sequences", str(args.max_sequences),
              "--torch-threads", "1", "--probe-interval-s", "0.2", "--access-log", "1")  # fmt: skip
