@@ -102,7 +102,7 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
     ratio = Spread.of([rr / px for rr, px in zip(p50["round_robin"], p50["prefix"], strict=True)])
     share = Spread.of([cached_share(run.turns) for run in phases["prefix"]])
     print("  targets (median [range] over repeats):")
-    print(f"    TTFT p50 round_robin / prefix: {_met(ratio.format(2), '>= 3x', ratio.median >= 3)}x")
+    print(f"    TTFT p50 round_robin / prefix: {_met(ratio.format(2) + 'x', '>= 3x', ratio.median >= 3)}")
     print(f"    cached share, prefix: {_met(share.format(3), '>= 0.8', share.median >= 0.8)}")
     if "prefix_slow" not in phases:
         return
