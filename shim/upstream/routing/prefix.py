@@ -6,7 +6,8 @@ approximate index of what this shim sent each replica (prefix_index.py), without
 The rule, per call, among the replicas whose readiness is SERVING (all of them, if none is):
 - the prompt's leading blocks each replica was sent: the longest match is the candidate;
 - a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
-  replica (it then holds that prefix: the conversation's next turns follow it);
+  replica, among equals the one holding the fewest blocks (it then holds that prefix: the conversation's
+  next turns follow it);
 - a candidate whose load ((calls in flight + 1) x its reported queue wait, replicas.py) exceeds
   `--routing-imbalance` x the least gives way to the least loaded.
 The chosen replica is recorded as holding the prompt's blocks."""
@@ -67,7 +68,10 @@ class PrefixRouting:
         """The replica for a prompt of these block hashes, and why."""
         live = [i for i, r in enumerate(self.replicas) if r.ready] or list(range(len(self.replicas)))
         cost = costs(self.replicas, live, floor_s=self.rules.wait_floor_s)
-        cheapest = min(live, key=lambda i: (cost[i], self.replicas[i].in_flight))
+        # Ties (equal load, as between idle replicas) go to the replica holding the fewest blocks, as SGLang's
+        # router sends a new prompt to its smallest tree: new conversations spread over the fleet instead of
+        # piling on the first replica, whose load would then push their next turns away from their cache.
+        cheapest = min(live, key=lambda i: (cost[i], self.replicas[i].in_flight, self.index.size(i)))
         if not hashes:
             return cheapest, LEAST_LOADED
         matched = self.index.matched(hashes)

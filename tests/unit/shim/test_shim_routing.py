@@ -113,6 +113,18 @@ async def test_a_new_prompt_goes_to_the_least_loaded_ready_replica(routing: Pref
     assert routing.choose([7]) == (2, LEAST_LOADED)
 
 
+async def test_new_prompts_on_idle_replicas_spread_over_them(routing: PrefixRouting) -> None:
+    # Three conversations start on an idle fleet: each goes to the replica holding the fewest blocks (as
+    # SGLang's smallest tree), not all to the first replica.
+    chosen = []
+    for start in (100, 200, 300):
+        hashes = list(range(start, start + 4))
+        index, reason = routing.choose(hashes)
+        routing.index.record(index, hashes)
+        chosen.append((index, reason))
+    assert sorted(i for i, _ in chosen) == [0, 1, 2] and {r for _, r in chosen} == {LEAST_LOADED}
+
+
 def test_the_queue_wait_average_moves_and_decays() -> None:
     from shim.upstream.routing.replicas import Replica
 
