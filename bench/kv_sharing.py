@@ -1,7 +1,8 @@
 """bench.kv_cache's `sharing` part (issue 37, acceptance 2): shared prefixes referenced in place against
 today's copies, side by side in one run, on the seeded 8k Llama and on SmolLM2 (--model), the prefix cache
 on throughout and the system prompt seen once before (a cached prefix), each figure the median of the
-repeats with their range:
+repeats with their range; the real server's rows on two servers at once (on and off), each repeat's row
+run on one then the other, the order alternating:
 
 - KV held at the peak (the real server's reserved + shared gauges, sampled every 0.2 s): 32 streams sharing
   a 2,000-token system prompt with 64-token user turns, 256 new tokens each (ignore_eos), against the bound
@@ -19,6 +20,7 @@ repeats with their range:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import statistics
 import time
@@ -36,6 +38,7 @@ from server.domain import GenerateSpec
 from wire.sampling import Sampling
 
 SYSTEM, TURN, NEW, BUDGET, OFFERED = 2000, 64, 256, 65536, 256
+MODES = ("on", "off")
 CHUNK = 256  # in-process prefill per step: the offered streams are in within 64 steps (memory decides)
 
 
@@ -57,6 +60,7 @@ class Streams:
     wall_s: float = 0.0
     outputs: dict[str, list[int]] = field(default_factory=dict)
     decoding: list[tuple[int, float]] = field(default_factory=list)  # per stream: tokens after its first, s
+    shared_peak: float = 0.0  # KV tokens attended in place by several sequences (the gauge), at most
 
     @property
     def tokens_per_s(self) -> float:
@@ -71,8 +75,8 @@ class Streams:
 def sharing(target: Target, repeats: int, size: Size, cpu: str) -> None:
     rng = random.Random(5)
     system = [rng.randrange(target.vocab) for _ in range(SYSTEM)]
-    served = {mode: _served(target, system, mode, repeats, size) for mode in ("on", "off")}
-    counted = {mode: _counted(target, system, mode, repeats, size) for mode in ("on", "off")}
+    served = _served(target, system, repeats, size)
+    counted = {mode: _counted(target, system, mode, repeats, size) for mode in MODES}
     _report(target, served, counted, size, cpu)
 
 
@@ -87,16 +91,28 @@ Counted = list[kv_inprocess.Held]
 Served = dict[str, list[tuple[Streams, float]]]  # row -> per repeat: the streams, KV held at the peak
 
 
-def _served(target: Target, system: list[int], mode: str, repeats: int, size: Size) -> Served:
-    """The real server at the budget: the shared and no-prefix rows, KV held at the peak (gauges)."""
-    rows: Served = {"shared": [], "none": []}
-    flags = ("--prefix-sharing", "true" if mode == "on" else "false")
-    with target.serve(*flags, "--kv-cache-bytes", str(size.budget * target.bytes_per_token)) as s:
-        asyncio.run(_measured(s, target.name, [[*system, 1]], 4))  # the system prompt has been seen before
+def _served(target: Target, system: list[int], repeats: int, size: Size) -> dict[str, Served]:
+    """The real server at the budget, sharing on and off side by side (two servers, each repeat's rows
+    run on one then the other, the order alternating: drift over the run falls on both alike): the
+    shared and no-prefix rows, KV held at the peak (gauges)."""
+    rows: dict[str, Served] = {mode: {"shared": [], "none": []} for mode in MODES}
+    budget = ("--kv-cache-bytes", str(size.budget * target.bytes_per_token))
+    with contextlib.ExitStack() as stack:
+        servers = {
+            mode: stack.enter_context(target.serve("--prefix-sharing", str(mode == "on").lower(), *budget))
+            for mode in MODES
+        }
+        for s in servers.values():
+            asyncio.run(
+                _measured(s, target.name, [[*system, 1]], 4)
+            )  # the system prompt has been seen before
         for repeat in range(repeats):
             shared, fresh = _prompts(target, system, repeat, size.streams)
             for row, prompts in (("shared", shared), ("none", fresh)):
-                rows[row].append(asyncio.run(_measured(s, target.name, prompts, size.new)))
+                for mode in MODES if repeat % 2 == 0 else MODES[::-1]:
+                    rows[mode][row].append(
+                        asyncio.run(_measured(servers[mode], target.name, prompts, size.new))
+                    )
     return rows
 
 
@@ -134,15 +150,18 @@ def _report(
         f"\nsharing ({target.label}; {cpu}): {n} streams, a {SYSTEM}-token system prompt + {TURN}-token "
         f"turns, {new} tokens each; on: --prefix-sharing true, outputs held as written; off: false"
     )
-    held = {m: [h for _, h in served[m]["shared"]] for m in ("on", "off")}
+    held = {m: [h for _, h in served[m]["shared"]] for m in MODES}
+    referenced = {m: [s.shared_peak for s, _ in served[m]["shared"]] for m in MODES}
     ideal = SYSTEM + n * (TURN + new)
     print(
         f"  KV held at the peak, on against off: {spread(held['on'])} against {spread(held['off'])} tokens "
         f"({statistics.median(held['off']) / statistics.median(held['on']):.2f}x less); on / ({SYSTEM} + "
-        f"{n} x {TURN + new}) = {statistics.median(held['on']) / ideal:.2f} (target <= 1.25) [{cpu}]"
+        f"{n} x {TURN + new}) = {statistics.median(held['on']) / ideal:.2f} (target <= 1.25); of it "
+        f"referenced in place (sluice_kv_tokens_shared at the peak): {spread(referenced['on'])} against "
+        f"{spread(referenced['off'])} [{cpu}]"
     )
-    first = {m: [float(h.at_first_finish) for h in counted[m]] for m in ("on", "off")}
-    peak = {m: [float(h.peak) for h in counted[m]] for m in ("on", "off")}
+    first = {m: [float(h.at_first_finish) for h in counted[m]] for m in MODES}
+    peak = {m: [float(h.peak) for h in counted[m]] for m in MODES}
     preempted = [h.preemptions for h in counted["on"]]
     print(
         f"  running at once in {budget:,} KV tokens ({size.offered} such streams offered, counted when the "
@@ -181,7 +200,8 @@ async def _measured(s: SluiceServer, model: str, prompts: list[list[int]], new: 
     async def watch() -> None:
         while not stop.is_set():
             held = s.metric("sluice_kv_tokens_reserved", model=model)
-            peak[0] = max(peak[0], held + s.metric("sluice_kv_tokens_shared", model=model))
+            shared = s.metric("sluice_kv_tokens_shared", model=model)
+            peak[0], into.shared_peak = max(peak[0], held + shared), max(into.shared_peak, shared)
             await asyncio.sleep(0.2)  # a sampler, not a wait on a condition
 
     async def one(stub: pb_grpc.InferenceServiceStub, key: str, ids: list[int]) -> None:
