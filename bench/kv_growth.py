@@ -4,8 +4,8 @@ model's own, 8,192, its GGUF's max_position_embeddings), with a chat mix: 96 dis
 kinds (explain, list, write a story, compare, give steps, ...) on eight topics, cycled to CHATS chats
 (a seed each) sent at once as ChatML chats with no max_tokens (the context's remainder) and no ignore_eos,
 sampled (temperature 0.7, top_p 0.9, as a chat product runs), so each answer ends at EOS or at the
-context's end. Count-based, the server's scheduler in-process (bench/kv_inprocess.py) in a KV budget of a
-few contexts (up-front reservation then runs several sequences; held as written, dozens):
+context's end. Count-based, the server's scheduler in-process (bench/kv_inprocess.py) in a KV budget of
+CONTEXTS contexts (2: up-front reservation runs 2 sequences, held as written dozens; --quick: 1):
 
 - held as written (today's server: the feed plus a 32-token look-ahead, grown as written; sharing on):
   sequences running at once, the median over the scheduler's steps when others waited for memory (from
@@ -59,19 +59,22 @@ QUESTIONS = [kind.format(topic) for topic in TOPICS for kind in KINDS]  # 96, ev
 
 
 #: Chats offered at once, the KV budget in contexts, and the memory-bound steps measured at most: (full,
-#: --quick). The cap bounds the run's time: answers that never reach EOS go on alone to the context.
-CHATS, CONTEXTS, WINDOW = (128, 64), (3, 2), (512, 256)
+#: --quick). A burst must ask for more than the budget at its peak or it never waits for memory (64 chats
+#: in 2 contexts peaked at ~10k written tokens); the window bounds the run's time: answers that never
+#: reach EOS go on alone to the context.
+CHATS, CONTEXTS, WINDOW = (160, 96), (2, 1), (384, 256)
 #: Steps in a row with no sequence waiting for memory that end the measured wave (one look-ahead's worth:
 #: every running sequence has grown once since the last one waited).
 STOP_AFTER = 32
 
 
-def growth(repeats: int, quick: bool, cpu: str) -> None:
-    chats = CHATS[quick]
+def growth(repeats: int, quick: bool, cpu: str, chats: int = 0, contexts: int = 0) -> None:
+    """`chats`, `contexts`: 0, as CHATS and CONTEXTS say."""
+    chats, contexts = chats or CHATS[quick], contexts or CONTEXTS[quick]
     target = kv_models.smollm2()
     model = target.load(0, chats)  # 0: Sluice's default context for it, the model's own
     context = model.descriptor.limits.context_length
-    budget = CONTEXTS[quick] * context
+    budget = contexts * context
 
     def specs(repeat: int) -> list[GenerateSpec]:
         return [
@@ -107,8 +110,8 @@ def growth(repeats: int, quick: bool, cpu: str) -> None:
     print(
         f"\ngrowth (SmolLM2-135M-Instruct, bfloat16; {cpu}): {chats} chats at once, no max_tokens, no "
         f"ignore_eos, context {context:,} (Sluice's default for it: the model's own), a KV budget of "
-        f"{budget:,} tokens ({CONTEXTS[quick]} contexts); held as written ran {spread(wall, digits=0)} s a "
-        "repeat"
+        f"{budget:,} tokens ({contexts} x the context); held as written ran {spread(wall, digits=0)} s "
+        "a repeat"
     )
     _report(grown, upfront, budget, context, cpu)
 
@@ -118,7 +121,7 @@ def _report(grown: list[Held], upfront: list[Held], budget: int, context: int, c
     used = [statistics.median(h.used(budget)) for h in grown]  # running / what their tokens would fit
     fit = [r / u for r, u in zip(running, used, strict=True)]
     before = [float(h.at_first_finish) for h in upfront]
-    steps = [len(h.bound) for h in grown]
+    steps = [float(len(h.bound)) for h in grown]
     print(
         f"  running at once while others waited for memory (median over those steps: {spread(steps)} of "
         f"them), held as written against what the tokens they had written would fit (budget / their mean "
