@@ -72,11 +72,12 @@ class Streams:
         return sum(n for n, _ in self.decoding) / sum(s for _, s in self.decoding)
 
 
-def sharing(target: Target, repeats: int, size: Size, cpu: str) -> None:
+def sharing(target: Target, repeats: int, size: Size, cpu: str, counted_row: bool = True) -> None:
+    """`counted_row` False: the real server's rows only (the timed ones; the count needs no quiet)."""
     rng = random.Random(5)
     system = [rng.randrange(target.vocab) for _ in range(SYSTEM)]
     served = _served(target, system, repeats, size)
-    counted = {mode: _counted(target, system, mode, repeats, size) for mode in MODES}
+    counted = {mode: _counted(target, system, mode, repeats, size) if counted_row else [] for mode in MODES}
     _report(target, served, counted, size, cpu)
 
 
@@ -145,7 +146,7 @@ def _report(
     size: Size,
     cpu: str,
 ) -> None:
-    n, new, budget = size.streams, size.new, size.budget
+    n, new = size.streams, size.new
     print(
         f"\nsharing ({target.label}; {cpu}): {n} streams, a {SYSTEM}-token system prompt + {TURN}-token "
         f"turns, {new} tokens each; on: --prefix-sharing true, outputs held as written; off: false"
@@ -160,16 +161,27 @@ def _report(
         f"referenced in place (sluice_kv_tokens_shared at the peak): {spread(referenced['on'])} against "
         f"{spread(referenced['off'])} [{cpu}]"
     )
+    if counted["on"]:
+        _report_counted(counted, size, cpu)
+    else:
+        print("  running at once in a budget: not run (--sharing-rows served)")
+    _report_timed(served, n, cpu)
+
+
+def _report_counted(counted: dict[str, list[kv_inprocess.Held]], size: Size, cpu: str) -> None:
     first = {m: [float(h.at_first_finish) for h in counted[m]] for m in MODES}
     peak = {m: [float(h.peak) for h in counted[m]] for m in MODES}
     preempted = [h.preemptions for h in counted["on"]]
     print(
-        f"  running at once in {budget:,} KV tokens ({size.offered} such streams offered, counted when the "
-        f"first finished; in-process scheduler), sharing on against today's (sharing off, prompt + "
+        f"  running at once in {size.budget:,} KV tokens ({size.offered} such streams offered, counted when "
+        f"the first finished; in-process scheduler), sharing on against today's (sharing off, prompt + "
         f"max_tokens reserved on joining): {spread(first['on'])} (peak {spread(peak['on'])}, "
         f"{spread(preempted)} preemptions) against {spread(first['off'])} = "
         f"{statistics.median(first['on']) / statistics.median(first['off']):.1f}x (target >= 4x) [{cpu}]"
     )
+
+
+def _report_timed(served: dict[str, Served], n: int, cpu: str) -> None:
     for row, what, target_text in (
         ("shared", f"{n} sharing streams", "target >= 1.3x"),
         ("none", f"{n} streams with no prefix in common", "target 0.97-1.03x"),
@@ -178,9 +190,11 @@ def _report(
         tps = [[s.tokens_per_s for s in runs] for runs in (on, off)]
         rate = [[s.stream_rate for s in runs] for runs in (on, off)]
         ttft = [[percentile(s.ttft, 50) for s in runs] for runs in (on, off)]
+        paired = [a / b for a, b in zip(tps[0], tps[1], strict=True)]  # each repeat's on over its off
         print(
             f"  tokens/s of {what}, on against off: aggregate {spread(tps[0])} against {spread(tps[1])} "
-            f"= {statistics.median(tps[0]) / statistics.median(tps[1]):.2f}x ({target_text}); one stream's "
+            f"= {statistics.median(tps[0]) / statistics.median(tps[1]):.2f}x, per repeat "
+            f"{spread(paired, digits=2)} ({target_text}); one stream's "
             f"decode {spread(rate[0], digits=1)} against {spread(rate[1], digits=1)} = "
             f"{statistics.median(rate[0]) / statistics.median(rate[1]):.2f}x; TTFT p50 "
             f"{spread(ttft[0], 1000)} against {spread(ttft[1], 1000)} ms [{cpu}]"
