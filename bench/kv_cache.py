@@ -18,6 +18,7 @@ max_position_embeddings 8192), each part beside the same load with the feature o
 
     .venv/bin/python -m bench.kv_cache [--quick] [--repeats N]
         [--part capacity|prefix|preemption|sharing|growth] [--model llama|smollm2 (of sharing)]
+        [--sharing-rows served|all] [--growth-chats N] [--growth-contexts N (the KV budget, in contexts)]
 """
 
 from __future__ import annotations
@@ -265,6 +266,19 @@ def main() -> None:
     parser.add_argument(
         "--model", choices=("llama", "smollm2"), action="append", help="of --part sharing (default: both)"
     )
+    parser.add_argument(
+        "--sharing-rows",
+        choices=("served", "all"),
+        default="all",
+        help="of --part sharing: served, the real server's rows only (KV held, tokens/s)",
+    )
+    parser.add_argument("--growth-chats", type=int, default=0, help="of --part growth (0: its default)")
+    parser.add_argument(
+        "--growth-contexts",
+        type=int,
+        default=0,
+        help="of --part growth: the KV budget in contexts (0: default)",
+    )
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
     parts = args.part or list(PARTS)
@@ -284,11 +298,15 @@ def main() -> None:
                 size = kv_sharing.QUICK if args.quick else kv_sharing.Size()
                 for name in args.model or ["llama", "smollm2"]:
                     target = kv_models.llama(directory) if name == "llama" else kv_models.smollm2()
-                    kv_sharing.sharing(target, repeats, size, cpu().removeprefix("CPU: "))
+                    kv_sharing.sharing(
+                        target, repeats, size, cpu().removeprefix("CPU: "), args.sharing_rows == "all"
+                    )
             elif part == "growth":
                 from bench.kv_growth import growth
 
-                growth(repeats, args.quick, cpu().removeprefix("CPU: "))
+                growth(
+                    repeats, args.quick, cpu().removeprefix("CPU: "), args.growth_chats, args.growth_contexts
+                )
             else:
                 {"capacity": capacity, "preemption": preemption}[part](directory, repeats, args.quick)
 

@@ -33,12 +33,17 @@ class Held:
     """What the scheduler's memory held, at every iteration and at every finish."""
 
     running: list[int] = field(default_factory=list)  # sequences holding memory, per iteration
-    waiting: list[int] = field(default_factory=list)  # sequences queued to join (or rejoin), per iteration
+    # Sequences queued to join (or rejoin) per iteration, from the first preemption on (0 before it).
+    waiting: list[int] = field(default_factory=list)
     held: list[int] = field(default_factory=list)  # KV tokens running sequences hold, per iteration
     written: list[int] = field(default_factory=list)  # of them, written (a shared prefix once), per iteration
+    # Of the held tokens not written, per iteration: in regions of sequences whose feed is not all in yet
+    # (joining, or rejoining after a preemption to be recomputed).
+    prefilling: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)  # each finished sequence's prompt + output tokens
     at_first_finish: int = 0  # sequences holding memory when the first one finished (itself included)
-    outputs: dict[int, list[int]] = field(default_factory=dict)
+    outputs: dict[int, list[int]] = field(default_factory=dict)  # per spec, as far as it got before any stop
+    finished: set[int] = field(default_factory=set)  # the specs that ended (EOS or the context) before it
     preemptions: float = 0.0
 
     @property
@@ -57,7 +62,11 @@ class Held:
     def used(self, budget: int) -> list[float]:
         """Written tokens / the budget at the memory-bound iterations: running at once / what the tokens
         they have written would fit (budget / their mean written tokens), the same running set."""
-        return [w / budget for w, n in zip(self.written, self.waiting, strict=True) if n]
+        return self.at_bound(self.written, budget)
+
+    def at_bound(self, tokens: list[int], budget: int) -> list[float]:
+        """`tokens` (one figure per iteration) / the budget at the memory-bound iterations."""
+        return [t / budget for t, n in zip(tokens, self.waiting, strict=True) if n]
 
 
 def load(path: Path, *, name: str, context: int, max_sequences: int, dtype: torch.dtype) -> GenerativeModel:
@@ -80,12 +89,17 @@ def run(
     upfront: bool = False,
     warm: GenerateSpec | None = None,
     stop_at_first_finish: bool = False,
+    stop_after_bound: int = 0,
+    max_bound_steps: int = 0,
     prefill_chunk_tokens: int = 32,
     timeout_s: float = 3600.0,
 ) -> Held:
     """Submits `specs` at once (after `warm`, run alone first: a prompt the cache has seen) to a fresh
     scheduler over `model` with `kv_tokens` of KV memory; returns what it held. `stop_at_first_finish`
-    ends the run when the first sequence finishes (the rest are cancelled)."""
+    ends the run when the first sequence finishes; `stop_after_bound` > 0, once sequences have waited for
+    memory and then none has for that many iterations in a row (the burst's memory-bound wave is over:
+    what remains runs without waiting); `max_bound_steps` > 0, after that many memory-bound iterations.
+    A stopped run cancels the rest."""
     worker = ModelWorker(model.descriptor.name)
     worker.call(model.allocate_cache, kv_tokens)
     metrics, held, context = Metrics(), Held(), model.descriptor.limits.context_length
@@ -97,23 +111,28 @@ def run(
     memory = scheduler.memory
     if upfront:
         memory.lookahead = UPFRONT
-    first = asyncio.Event()
+    stop = asyncio.Event()
 
-    async def tokens(seq: GenSequence) -> list[int]:
-        return [t async for chunk in scheduler.chunks(seq) for t in chunk.token_ids]
+    async def tokens(seq: GenSequence) -> None:
+        async for _ in scheduler.chunks(seq):
+            pass
 
     async def body() -> None:
         if warm is not None:
             await tokens(scheduler.submit(warm))
-        _watch(scheduler, memory, held, first)
         seqs = [scheduler.submit(spec) for spec in specs]
+        _watch(
+            scheduler, memory, held, stop, at_first_finish=stop_at_first_finish, after_bound=stop_after_bound,
+            max_bound=max_bound_steps,
+        )  # fmt: skip
         done = asyncio.gather(*(tokens(seq) for seq in seqs))
-        if stop_at_first_finish:
-            await first.wait()
-            done.cancel()
-            await asyncio.gather(done, return_exceptions=True)
-            return
-        held.outputs = dict(enumerate(await done))
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((done, stopped), return_when=asyncio.FIRST_COMPLETED)
+        held.outputs = {i: list(seq.produced) for i, seq in enumerate(seqs)}  # as far as each got
+        held.finished = {i for i, seq in enumerate(seqs) if seq.done and seq.cancel_step is None}
+        for task in (done, stopped):
+            task.cancel()
+        await asyncio.gather(done, stopped, return_exceptions=True)
 
     async def main() -> None:
         task = asyncio.create_task(scheduler.run())
@@ -131,23 +150,41 @@ def run(
     return held
 
 
-def _watch(scheduler: ContinuousScheduler, memory: KvMemory, held: Held, first: asyncio.Event) -> None:
-    """Records at every iteration (where the gauges are published) and at every sequence's finish."""
+def _watch(
+    scheduler: ContinuousScheduler, memory: KvMemory, held: Held, stop: asyncio.Event, *,
+    at_first_finish: bool, after_bound: int, max_bound: int,
+) -> None:  # fmt: skip
+    """Records at every iteration (where the gauges are published) and at every sequence's finish; sets
+    `stop` as run()'s stop rules say."""
     publish, release = scheduler.gauges.sequences, memory.release
+    # Joiners wait for the step's prefill budget too (a burst goes in over a few steps): memory binds
+    # from the first preemption on (a sequence that ran waits to rejoin).
+    bound = [False]
+    steps = [0]  # memory-bound iterations so far
 
     def record(active: int, runnable: int, kv: KvMemory) -> None:
         publish(active, runnable, kv)
+        bound[0] = bound[0] or any(s.first_step >= 0 for s in scheduler.joining)
         held.running.append(kv.holders)
-        held.waiting.append(len(scheduler.joining))
+        held.waiting.append(len(scheduler.joining) if bound[0] else 0)
         held.held.append(kv.held)
         shared = {id(s.shared): s.shared for s in scheduler.active if s.shared is not None}
         held.written.append(kv.written + sum(region.written for region in shared.values()))
+        going_in = [s.region for s in scheduler.active if s.prefilled < len(s.feed) and s.region is not None]
+        held.prefilling.append(sum(region.size - region.written for region in going_in))
+        steps[0] += bool(held.waiting[-1])
+        quiet = held.waiting[-after_bound:]
+        if after_bound and bound[0] and len(quiet) == after_bound and not any(quiet):
+            stop.set()  # the memory-bound wave is over
+        if max_bound and steps[0] >= max_bound:
+            stop.set()
 
     def released(seq: GenSequence) -> None:
         if seq.done and seq.cancel_step is None and seq.region is not None:  # finished, not cancelled
             if not held.lengths:
                 held.at_first_finish = memory.holders
-                first.set()
+                if at_first_finish:
+                    stop.set()
             held.lengths.append(len(seq.prompt) + len(seq.produced))
         release(seq)
 

@@ -1,7 +1,8 @@
 """bench.kv_cache's `sharing` part (issue 37, acceptance 2): shared prefixes referenced in place against
 today's copies, side by side in one run, on the seeded 8k Llama and on SmolLM2 (--model), the prefix cache
 on throughout and the system prompt seen once before (a cached prefix), each figure the median of the
-repeats with their range:
+repeats with their range; the real server's rows on two servers at once (on and off), each repeat's row
+run on one then the other, the order alternating:
 
 - KV held at the peak (the real server's reserved + shared gauges, sampled every 0.2 s): 32 streams sharing
   a 2,000-token system prompt with 64-token user turns, 256 new tokens each (ignore_eos), against the bound
@@ -19,6 +20,7 @@ repeats with their range:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import statistics
 import time
@@ -36,6 +38,7 @@ from server.domain import GenerateSpec
 from wire.sampling import Sampling
 
 SYSTEM, TURN, NEW, BUDGET, OFFERED = 2000, 64, 256, 65536, 256
+MODES = ("on", "off")
 CHUNK = 256  # in-process prefill per step: the offered streams are in within 64 steps (memory decides)
 
 
@@ -57,6 +60,7 @@ class Streams:
     wall_s: float = 0.0
     outputs: dict[str, list[int]] = field(default_factory=dict)
     decoding: list[tuple[int, float]] = field(default_factory=list)  # per stream: tokens after its first, s
+    shared_peak: float = 0.0  # KV tokens attended in place by several sequences (the gauge), at most
 
     @property
     def tokens_per_s(self) -> float:
@@ -68,11 +72,12 @@ class Streams:
         return sum(n for n, _ in self.decoding) / sum(s for _, s in self.decoding)
 
 
-def sharing(target: Target, repeats: int, size: Size, cpu: str) -> None:
+def sharing(target: Target, repeats: int, size: Size, cpu: str, counted_row: bool = True) -> None:
+    """`counted_row` False: the real server's rows only (the timed ones; the count needs no quiet)."""
     rng = random.Random(5)
     system = [rng.randrange(target.vocab) for _ in range(SYSTEM)]
-    served = {mode: _served(target, system, mode, repeats, size) for mode in ("on", "off")}
-    counted = {mode: _counted(target, system, mode, repeats, size) for mode in ("on", "off")}
+    served = _served(target, system, repeats, size)
+    counted = {mode: _counted(target, system, mode, repeats, size) if counted_row else [] for mode in MODES}
     _report(target, served, counted, size, cpu)
 
 
@@ -87,16 +92,28 @@ Counted = list[kv_inprocess.Held]
 Served = dict[str, list[tuple[Streams, float]]]  # row -> per repeat: the streams, KV held at the peak
 
 
-def _served(target: Target, system: list[int], mode: str, repeats: int, size: Size) -> Served:
-    """The real server at the budget: the shared and no-prefix rows, KV held at the peak (gauges)."""
-    rows: Served = {"shared": [], "none": []}
-    flags = ("--prefix-sharing", "true" if mode == "on" else "false")
-    with target.serve(*flags, "--kv-cache-bytes", str(size.budget * target.bytes_per_token)) as s:
-        asyncio.run(_measured(s, target.name, [[*system, 1]], 4))  # the system prompt has been seen before
+def _served(target: Target, system: list[int], repeats: int, size: Size) -> dict[str, Served]:
+    """The real server at the budget, sharing on and off side by side (two servers, each repeat's rows
+    run on one then the other, the order alternating: drift over the run falls on both alike): the
+    shared and no-prefix rows, KV held at the peak (gauges)."""
+    rows: dict[str, Served] = {mode: {"shared": [], "none": []} for mode in MODES}
+    budget = ("--kv-cache-bytes", str(size.budget * target.bytes_per_token))
+    with contextlib.ExitStack() as stack:
+        servers = {
+            mode: stack.enter_context(target.serve("--prefix-sharing", str(mode == "on").lower(), *budget))
+            for mode in MODES
+        }
+        for s in servers.values():
+            asyncio.run(
+                _measured(s, target.name, [[*system, 1]], 4)
+            )  # the system prompt has been seen before
         for repeat in range(repeats):
             shared, fresh = _prompts(target, system, repeat, size.streams)
             for row, prompts in (("shared", shared), ("none", fresh)):
-                rows[row].append(asyncio.run(_measured(s, target.name, prompts, size.new)))
+                for mode in MODES if repeat % 2 == 0 else MODES[::-1]:
+                    rows[mode][row].append(
+                        asyncio.run(_measured(servers[mode], target.name, prompts, size.new))
+                    )
     return rows
 
 
@@ -129,28 +146,42 @@ def _report(
     size: Size,
     cpu: str,
 ) -> None:
-    n, new, budget = size.streams, size.new, size.budget
+    n, new = size.streams, size.new
     print(
         f"\nsharing ({target.label}; {cpu}): {n} streams, a {SYSTEM}-token system prompt + {TURN}-token "
         f"turns, {new} tokens each; on: --prefix-sharing true, outputs held as written; off: false"
     )
-    held = {m: [h for _, h in served[m]["shared"]] for m in ("on", "off")}
+    held = {m: [h for _, h in served[m]["shared"]] for m in MODES}
+    referenced = {m: [s.shared_peak for s, _ in served[m]["shared"]] for m in MODES}
     ideal = SYSTEM + n * (TURN + new)
     print(
         f"  KV held at the peak, on against off: {spread(held['on'])} against {spread(held['off'])} tokens "
         f"({statistics.median(held['off']) / statistics.median(held['on']):.2f}x less); on / ({SYSTEM} + "
-        f"{n} x {TURN + new}) = {statistics.median(held['on']) / ideal:.2f} (target <= 1.25) [{cpu}]"
+        f"{n} x {TURN + new}) = {statistics.median(held['on']) / ideal:.2f} (target <= 1.25); of it "
+        f"referenced in place (sluice_kv_tokens_shared at the peak): {spread(referenced['on'])} against "
+        f"{spread(referenced['off'])} [{cpu}]"
     )
-    first = {m: [float(h.at_first_finish) for h in counted[m]] for m in ("on", "off")}
-    peak = {m: [float(h.peak) for h in counted[m]] for m in ("on", "off")}
+    if counted["on"]:
+        _report_counted(counted, size, cpu)
+    else:
+        print("  running at once in a budget: not run (--sharing-rows served)")
+    _report_timed(served, n, cpu)
+
+
+def _report_counted(counted: dict[str, list[kv_inprocess.Held]], size: Size, cpu: str) -> None:
+    first = {m: [float(h.at_first_finish) for h in counted[m]] for m in MODES}
+    peak = {m: [float(h.peak) for h in counted[m]] for m in MODES}
     preempted = [h.preemptions for h in counted["on"]]
     print(
-        f"  running at once in {budget:,} KV tokens ({size.offered} such streams offered, counted when the "
-        f"first finished; in-process scheduler), sharing on against today's (sharing off, prompt + "
+        f"  running at once in {size.budget:,} KV tokens ({size.offered} such streams offered, counted when "
+        f"the first finished; in-process scheduler), sharing on against today's (sharing off, prompt + "
         f"max_tokens reserved on joining): {spread(first['on'])} (peak {spread(peak['on'])}, "
         f"{spread(preempted)} preemptions) against {spread(first['off'])} = "
         f"{statistics.median(first['on']) / statistics.median(first['off']):.1f}x (target >= 4x) [{cpu}]"
     )
+
+
+def _report_timed(served: dict[str, Served], n: int, cpu: str) -> None:
     for row, what, target_text in (
         ("shared", f"{n} sharing streams", "target >= 1.3x"),
         ("none", f"{n} streams with no prefix in common", "target 0.97-1.03x"),
@@ -159,9 +190,11 @@ def _report(
         tps = [[s.tokens_per_s for s in runs] for runs in (on, off)]
         rate = [[s.stream_rate for s in runs] for runs in (on, off)]
         ttft = [[percentile(s.ttft, 50) for s in runs] for runs in (on, off)]
+        paired = [a / b for a, b in zip(tps[0], tps[1], strict=True)]  # each repeat's on over its off
         print(
             f"  tokens/s of {what}, on against off: aggregate {spread(tps[0])} against {spread(tps[1])} "
-            f"= {statistics.median(tps[0]) / statistics.median(tps[1]):.2f}x ({target_text}); one stream's "
+            f"= {statistics.median(tps[0]) / statistics.median(tps[1]):.2f}x, per repeat "
+            f"{spread(paired, digits=2)} ({target_text}); one stream's "
             f"decode {spread(rate[0], digits=1)} against {spread(rate[1], digits=1)} = "
             f"{statistics.median(rate[0]) / statistics.median(rate[1]):.2f}x; TTFT p50 "
             f"{spread(ttft[0], 1000)} against {spread(ttft[1], 1000)} ms [{cpu}]"
@@ -181,7 +214,8 @@ async def _measured(s: SluiceServer, model: str, prompts: list[list[int]], new: 
     async def watch() -> None:
         while not stop.is_set():
             held = s.metric("sluice_kv_tokens_reserved", model=model)
-            peak[0] = max(peak[0], held + s.metric("sluice_kv_tokens_shared", model=model))
+            shared = s.metric("sluice_kv_tokens_shared", model=model)
+            peak[0], into.shared_peak = max(peak[0], held + shared), max(into.shared_peak, shared)
             await asyncio.sleep(0.2)  # a sampler, not a wait on a condition
 
     async def one(stub: pb_grpc.InferenceServiceStub, key: str, ids: list[int]) -> None:
