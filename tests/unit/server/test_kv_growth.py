@@ -62,7 +62,7 @@ def test_growth_is_in_place_where_free_and_a_move_where_not() -> None:
 
 
 def test_out_of_memory_growth_preempts_the_lowest_ranked_itself_included() -> None:
-    memory = KvMemory(3 * 80, prefix_cache=False, metrics=Metrics(), model="m")
+    memory = KvMemory(2 * 80 + ALIGN, prefix_cache=False, metrics=Metrics(), model="m")
     older = decoding(memory, sequence(40, 100, at=0.0))
     younger = decoding(memory, sequence(40, 100, at=1.0, start=500))
     preempted: list[GenSequence] = []
@@ -136,3 +136,19 @@ def test_growth_under_memory_pressure_preempts_and_every_output_is_as_alone() ->
     assert all(len(tokens) == 128 - len(prompts[0]) for tokens in alone.values())
     assert (metrics.registry.get_sample_value("sluice_preemptions_total", {"model": "byte-lm"}) or 0) > 0
     assert max(peak) <= 320
+
+
+def test_where_memory_is_short_a_region_grows_by_one_block() -> None:
+    # Room for LOOKAHEAD more tokens per holder: a region grows by the look-ahead. Short of that (others
+    # will wait for what it holds unwritten), by one aligned block only.
+    roomy = KvMemory(64 * ALIGN, prefix_cache=False, metrics=Metrics(), model="m")
+    first = decoding(roomy, sequence(40, 500))
+    assert first.region is not None
+    size = first.region.size
+    assert roomy.grow(first, size, lambda victim: None)
+    assert first.region.size == aligned(size + 1 + LOOKAHEAD)
+    tight = KvMemory(2 * 80 + ALIGN, prefix_cache=False, metrics=Metrics(), model="m")
+    one, two = decoding(tight, sequence(40, 500)), decoding(tight, sequence(40, 500, start=500))
+    assert one.region is not None and two.region is not None
+    assert tight.grow(two, two.region.size, lambda victim: None)  # 16 tokens free: in place, one block
+    assert two.region.size == 80 + ALIGN and tight.arena.free_tokens() == 0
