@@ -102,7 +102,7 @@ class KvMemory:
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
         hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
-        need = min(len(seq.feed) + self._ahead(), self.limit(seq))
+        need = min(len(seq.feed) + self.lookahead, self.limit(seq))
         shared = hit.tokens if hit is not None and self.sharing and hit.tokens >= self.min_shared else 0
         keep = {id(hit.region)} if hit is not None else set()
         region = self._reserve(need - shared, seq, keep, preempt)
@@ -169,8 +169,8 @@ class KvMemory:
                 return False
 
     def _ahead(self) -> int:
-        """The look-ahead a region is given now: LOOKAHEAD while the arena (free and evictable) has that
-        much for every holder and one more, else a token (one aligned block): where memory is short, what
+        """The look-ahead a growing region is given now: LOOKAHEAD while the arena (free and evictable) has
+        that much for every holder and one more, else a token (one aligned block): where memory is short, what
         sequences hold unwritten is what keeps others waiting (SmolLM2 chats in a budget they overfill:
         0.82 of what the written tokens would fit with 32 tokens ahead each), and growth is then planned
         every 16 steps instead of 32."""
