@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup test-tools up test lint proto proto-check cuda-wheels bench-llamacpp
+.PHONY: setup test-tools up test test-parallel lint proto proto-check cuda-wheels bench-llamacpp
 
 # A recipe that fails leaves no stamp behind (the touch is its last step), so the next make retries it.
 $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml scripts/setup.sh
@@ -78,8 +78,12 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 SERIAL_LIST := .serial-tests
 
 # CI=true: a test skipped for a missing tool fails instead, naming it (tests/support/skips.py); CUDA may skip.
-test: $(STAMP) $(TOOLS_STAMP) $(TRITON_STAMP) proto-check lint
+# The parallel pass does not wait for lint: under `make -j3` (.ci/run) mypy's minute on one core runs beside
+# it, and the serial pass (test's own recipe) starts only once both are done, on a quiet machine.
+test-parallel: $(STAMP) $(TOOLS_STAMP) $(TRITON_STAMP) proto-check
 	CI=true $(PY) -m pytest $(PARALLEL) -m "not serial" --serial-list=$(SERIAL_LIST)
+
+test: test-parallel lint
 	CI=true $(PY) -m pytest -p no:cacheprovider -m serial @$(SERIAL_LIST)
 	CI=true SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider $(PARALLEL) \
 		-m "not one_frontend and not serial" $(FRONTEND_SUITES)
