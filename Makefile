@@ -68,9 +68,10 @@ FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_ca
 
 # Test processes side by side (pytest-xdist): most of a run is server and shim start-ups and waits, so two
 # workers fill the 2-core CI machine. Whole modules go to one worker (--dist loadfile) so a module-scoped
-# server is started once. TEST_WORKERS=0 runs everything in one process.
+# server is started once; longest module first (tests/support/module_order.py; xdist's own reorder, by
+# the number of tests, is turned off). TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # Tests marked serial compare wall times (a bystander's latency under an attack against a quiet one, a
 # reconnect's or a batch's wall time): they run after the parallel pass, alone, where another worker's load
 # cannot tilt them. The parallel pass writes their node ids to SERIAL_LIST (tests/support/serial_list.py), so
