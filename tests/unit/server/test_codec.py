@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 from sluice.inference.v1 import inference_pb2 as pb
 
 from server.codec import messages
 from server.codec.messages import decode_generate, encode_chunk, encode_infer
 from server.codec.tensors import decode_tensor, encode_tensor
-from server.codec.wire import find_invalid_utf8
+from server.codec.wire import find_invalid_utf8, last_string_field
 from server.domain import FinishReason, InferResult, StreamError, TokenChunk, Usage
 from server.errors import InvalidArgument
 
@@ -121,3 +124,31 @@ def test_an_infer_response_filled_in_place_carries_every_output_and_the_timings(
     assert list(typed.outputs[0].contents.fp32_contents) == [0.0, 1.0, 2.0, 3.0]
     assert not typed.outputs[0].raw_contents
     assert decode_tensor(raw.outputs[0], "outputs[0]").tolist() == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def test_the_model_name_read_from_raw_bytes_is_what_protobuf_reads() -> None:
+    # last_string_field is protobuf's field walk written out for speed (it runs on every guarded call):
+    # wherever protobuf parses a request, it reads the same model (the last occurrence winning), on whole,
+    # truncated, repeated and byte-flipped requests, seeded.
+    whole = pb.InferRequest(
+        model="mlp", request_id="r1", inputs=[encode_tensor("x", np.ones(4, np.float32), typed=False)]
+    )
+    data = whole.SerializeToString()
+    number = pb.InferRequest.DESCRIPTOR.fields_by_name["model"].number
+    rng, parsed = random.Random(7), 0
+    cases = [data, data + pb.InferRequest(model="other").SerializeToString(), b""]
+    for _ in range(3000):
+        raw = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        cases.append(bytes(raw[: rng.randint(0, len(raw))] if rng.random() < 0.3 else raw))
+    for raw in cases:
+        message = pb.InferRequest()
+        try:
+            message.ParseFromString(raw)
+        except DecodeError:
+            continue
+        parsed += 1
+        assert last_string_field(raw, number) == message.model, raw
+    assert parsed > 500  # most cases still parse: the comparison ran, not only the skips
+    assert last_string_field(data + pb.InferRequest(model="other").SerializeToString(), number) == "other"
