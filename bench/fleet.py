@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import subprocess
 import sys
 import time
@@ -39,8 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import psutil
 
-from bench.fleet_sessions import Turn, cached_share, run_sessions, served_by
+from bench.fleet_sessions import Turn, cached_share, run_sessions, served_by, share_loss
+from bench.points import cpu_seconds, machine_busy_seconds
 from bench.prometheus import parse, total
 from bench.stack import STOP_GRACE_S, SluiceServer, SluiceShim
 from bench.stats import Spread, percentile
@@ -58,6 +61,10 @@ class Phase:
     turns: list[Turn]
     replica: list[int]
     reasons: dict[str, float]  # why prefix routing sent the calls where it did (sluice_shim_routed_total)
+    cpu_s: float  # the replicas', the shim's and this client's CPU seconds in the phase
+    busy_s: float  # the whole machine's (others' work too, where others share it)
+    wall_s: float
+    evictions: float  # cached prefixes the phase's replicas evicted for memory
 
     def ttft_ms(self, keep: Any = None) -> list[float]:
         return [
@@ -71,6 +78,10 @@ class Phase:
 def _cpu() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
     return next((line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line), "?")
+
+
+def _cores() -> int:
+    return len(psutil.Process().cpu_affinity() or []) or (os.cpu_count() or 1)
 
 
 def _met(value: str, target: str, ok: bool) -> str:
@@ -99,6 +110,13 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
             f"cached share {Spread.of(shares).format(3)}, calls per replica {' '.join(calls)}"
             + (f"; routed: {why}" if name != "round_robin" else "")
         )
+        cores = Spread.of([run.cpu_s / run.wall_s for run in runs]).format(2)
+        machine = Spread.of([run.busy_s / run.wall_s for run in runs]).format(2)
+        per_call = Spread.of([1000 * run.cpu_s / len(run.turns) for run in runs]).format(0)
+        evictions = Spread.of([run.evictions for run in runs]).format(0)
+        print(f"  {'':12} CPU: fleet+shim+client {cores} cores ({per_call} ms a call), machine {machine} "
+              f"of {_cores()} cores; prefixes evicted {evictions}; share, repeat 1: "
+              f"{share_loss(runs[0].turns, runs[0].replica).format()}")  # fmt: skip
     ratio = Spread.of([rr / px for rr, px in zip(p50["round_robin"], p50["prefix"], strict=True)])
     share = Spread.of([cached_share(run.turns) for run in phases["prefix"]])
     print("  targets (median [range] over repeats):")
@@ -121,15 +139,28 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
           f"{Spread.of(others_p99).format(1)} ms: {_met(f'{sum(held)}/{len(held)} repeats', 'at most the others', all(held))}")  # fmt: skip  # noqa: E501
 
 
+def _evictions(servers: Sequence[SluiceServer]) -> float:
+    return sum(s.metric("sluice_prefix_cache_evictions_total") for s in servers)
+
+
 def _reasons(url: str) -> dict[str, float]:
     samples = parse(httpx.get(f"{url}/metrics", timeout=30).text)
     return {why: total(samples, "sluice_shim_routed_total", reason=why) for why in REASONS}
 
 
 def _phase(
-    args: argparse.Namespace, url: str, servers: Sequence[SluiceServer], *, seed: int, name: str
+    args: argparse.Namespace,
+    shim: SluiceShim,
+    servers: Sequence[SluiceServer],
+    *,
+    seed: int,
+    name: str,
 ) -> Phase:
+    url = shim.url
+    pids = [shim.pid, os.getpid(), *(s.pid for s in servers)]
     before = _reasons(url)
+    evicted = _evictions(servers)
+    cpu, busy, began = cpu_seconds(pids), machine_busy_seconds(), time.monotonic()
     turns = asyncio.run(
         run_sessions(
             url, sessions=args.sessions, turns=args.turns, seed=seed, opening_words=args.opening_words,
@@ -137,13 +168,15 @@ def _phase(
             max_tokens=args.max_tokens,
         )
     )  # fmt: skip
+    cpu, busy, wall = cpu_seconds(pids) - cpu, machine_busy_seconds() - busy, time.monotonic() - began
     # A replica writes a call's access-log line as the call ends: the last few may still be on their way.
     deadline = time.monotonic() + 30
     while True:
         try:
             served = served_by([list(s.lines) for s in servers], turns)
             after = _reasons(url)
-            return Phase(turns, served, {why: after[why] - before[why] for why in REASONS})
+            reasons = {why: after[why] - before[why] for why in REASONS}
+            return Phase(turns, served, reasons, cpu, busy, wall, _evictions(servers) - evicted)
         except LookupError:
             if time.monotonic() > deadline:
                 raise
@@ -202,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for number, name in enumerate(names):
                 began = time.monotonic()
                 seed = repeat * len(PHASES) + number
-                phases[name].append(_phase(args, shims[name].url, fleets[name], seed=seed, name=name))
+                phases[name].append(_phase(args, shims[name], fleets[name], seed=seed, name=name))
                 print(f"  repeat {repeat + 1}/{args.repeats} {name}: {time.monotonic() - began:.0f} s",
                       file=sys.stderr, flush=True)  # fmt: skip
     report(args, phases, time.monotonic() - started)
