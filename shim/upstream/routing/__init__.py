@@ -47,6 +47,7 @@ def _prefix(
         index_blocks=settings.routing_index_blocks,
         min_match=settings.routing_min_match,
         imbalance=settings.routing_imbalance,
+        imbalance_calls=settings.routing_imbalance_calls,
         probe_s=settings.routing_probe_s,
     )
     return PrefixRouting(replica_addresses(settings.upstream), open_channel, rules, routed=routed)

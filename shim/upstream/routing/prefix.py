@@ -1,15 +1,20 @@
 """Prefix routing (`--routing prefix`): a Generate call goes to the replica most likely to hold its prompt's
-prefix in its prefix cache, unless that replica is loaded past `--routing-imbalance` times the least loaded
-one; then to the least loaded. As SGLang's router (`cache_aware`) and llm-d's prefix scorer decide, from an
-approximate index of what this shim sent each replica (prefix_index.py), without asking the replicas.
+prefix in its prefix cache, unless that replica is loaded past the others by both an absolute and a
+relative margin; then to the least loaded. As SGLang's router (`cache_aware`, its `balance_abs_threshold`
+and `balance_rel_threshold`) and llm-d's prefix scorer decide, from an approximate index of what this shim
+sent each replica (prefix_index.py), without asking the replicas per call.
 
 The rule, per call, among the replicas whose readiness is SERVING (all of them, if none is):
 - the prompt's leading blocks each replica was sent: the longest match is the candidate;
 - a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
-  replica, among equals the one holding the fewest blocks (it then holds that prefix: the conversation's
-  next turns follow it);
-- a candidate whose load ((calls in flight + 1) x its reported queue wait, replicas.py) exceeds
-  `--routing-imbalance` x the least gives way to the least loaded.
+  replica by expected wait ((calls in flight + 1) x its reported queue wait, replicas.py), among equals
+  the one holding the fewest blocks (it then holds that prefix: the conversation's next turns follow it);
+- a candidate gives way to the replica with the fewest calls in flight only when its own calls in flight
+  exceed that least by more than `--routing-imbalance-calls` AND more than `--routing-imbalance` times.
+  Calls in flight, not the queue-wait estimate: the waits each replica reports move with every step's
+  jitter (on a busy host, with the CPU it gets), and a rule on their ratio moved calls off their cache
+  that no queue justified; a move costs the whole prompt's prefill, which a few calls' wait does not.
+  A slow replica keeps its calls longer, so its count rises and its conversations move (Little's law).
 The chosen replica is recorded as holding the prompt's blocks."""
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class PrefixRules:
     index_blocks: int = 65536
     min_match: float = 0.5
     imbalance: float = 2.0
+    imbalance_calls: int = 8
     probe_s: float = 1.0
     wait_floor_s: float = 0.05  # queue waits under this are a step's jitter, not load
 
@@ -78,8 +84,11 @@ class PrefixRouting:
         best = max(live, key=lambda i: (matched[i], -cost[i]))
         if matched[best] < self.rules.min_match * len(hashes):
             return cheapest, LEAST_LOADED
-        if cost[best] > self.rules.imbalance * cost[cheapest]:
-            return cheapest, BALANCED
+        loads = {i: self.replicas[i].in_flight for i in live}
+        least = min(live, key=lambda i: (loads[i], cost[i], self.index.size(i)))
+        over = loads[best] - loads[least]
+        if over > self.rules.imbalance_calls and loads[best] > self.rules.imbalance * loads[least]:
+            return least, BALANCED
         return best, PREFIX
 
     def generate(

@@ -1,6 +1,7 @@
 """Prefix routing's parts without a server: the prompt's bytes and block hashes (a conversation's next turn
 shares the hashes of the turn before; tenants' salts keep them apart), the bounded LRU index, and the rule
-that picks a replica (longest match, unless loaded past the imbalance; a new prompt to the least loaded)."""
+that picks a replica (longest match, unless its calls in flight exceed the least's by an absolute and a
+relative margin; a new prompt to the least loaded)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ async def routing() -> AsyncIterator[PrefixRouting]:
     router = PrefixRouting(
         ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
         lambda address: grpc.aio.insecure_channel(address),
-        PrefixRules(block_bytes=16, imbalance=2.0, min_match=0.5, probe_s=3600),
+        PrefixRules(block_bytes=16, imbalance=2.0, imbalance_calls=2, min_match=0.5, probe_s=3600),
     )
     router._probe.cancel()  # readiness is set by hand here
     try:
@@ -84,20 +85,44 @@ async def routing() -> AsyncIterator[PrefixRouting]:
         await router.close()
 
 
-async def test_the_longest_match_wins_unless_loaded_past_the_imbalance(routing: PrefixRouting) -> None:
+async def test_the_longest_match_wins_unless_loaded_past_both_margins(routing: PrefixRouting) -> None:
     prompt = list(range(10))
     routing.index.record(2, prompt[:8])
     routing.index.record(1, prompt[:3])
     assert routing.choose(prompt) == (2, PREFIX)
-    routing.replicas[2].in_flight = 2  # 3 x the floor against 1 x the floor: past 2x
-    assert routing.choose(prompt) == (0, BALANCED)
-    routing.replicas[0].in_flight = routing.replicas[1].in_flight = 1  # 3 against 2: within 2x
-    assert routing.choose(prompt) == (2, PREFIX)
+    replicas = routing.replicas
+
+    def in_flight(*counts: int) -> tuple[int, str]:
+        for replica, count in zip(replicas, counts, strict=True):
+            replica.in_flight = count
+        return routing.choose(prompt)
+
+    assert in_flight(0, 0, 3) == (0, BALANCED)  # 3 over the least's 0: past 2 calls and past 2x
+    assert in_flight(1, 1, 3) == (2, PREFIX)  # 2 over: not past the absolute margin
+    assert in_flight(4, 5, 10) == (0, BALANCED)  # 6 over and 2.5x
+    assert in_flight(6, 7, 10) == (2, PREFIX)  # 4 over, but 10 is not past 2 x 6: the relative margin holds
+    assert in_flight(7, 4, 10) == (1, BALANCED)  # to the fewest calls in flight
+    # Reported queue waits alone move nothing: they follow each step's jitter, and a move costs a prefill.
+    in_flight(1, 1, 1)
     now = time.monotonic()
-    routing.replicas[2].observe(1.0, now)  # its calls waited in its queue: 3 x 0.3 s against 2 x 0.05 s
-    routing.replicas[0].observe(0.01, now)  # under the floor: jitter, not load
-    routing.replicas[1].observe(0.01, now)
-    assert routing.choose(prompt)[1] == BALANCED
+    replicas[2].observe(3.0, now)
+    replicas[0].observe(0.01, now)
+    assert routing.choose(prompt) == (2, PREFIX)
+
+
+async def test_a_slow_replicas_calls_pile_up_and_its_conversations_move(routing: PrefixRouting) -> None:
+    # Replica 0 holds five conversations; its calls take longer, so they stay in flight and pile up: once
+    # they pass both margins, its conversations' next turns go where the fewest calls are.
+    conversations = [list(range(100 * c, 100 * c + 8)) for c in range(5)]
+    for hashes in conversations:
+        routing.index.record(0, hashes)
+    routing.replicas[1].in_flight = routing.replicas[2].in_flight = 1
+    chosen = []
+    for hashes in conversations:
+        index, reason = routing.choose([*hashes, 999])
+        routing.replicas[index].in_flight += 1  # none of them finishes
+        chosen.append((index, reason))
+    assert chosen[:4] == [(0, PREFIX)] * 4 and chosen[4] == (1, BALANCED)
 
 
 async def test_a_new_prompt_goes_to_the_least_loaded_ready_replica(routing: PrefixRouting) -> None:
@@ -160,3 +185,5 @@ def test_prefix_routing_needs_replicas_it_can_name() -> None:
         check_routing(ShimSettings(routing="random"))
     with pytest.raises(ValueError, match="routing_imbalance"):
         ShimSettings(routing_imbalance=0.5)
+    with pytest.raises(ValueError, match="routing_imbalance_calls"):
+        ShimSettings(routing_imbalance_calls=-1)
