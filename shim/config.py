@@ -114,12 +114,16 @@ class ShimSettings:
     )  # fmt: skip
     routing_imbalance: float = setting(
         2.0, help="prefix routing: the replica holding a prompt's prefix gives way to the least loaded only "
-        "when its calls in flight exceed this many times the least one's (and by --routing-imbalance-calls)",
+        "when its calls in flight (or queue wait) exceed this many times the least one's, and by a margin",
         unit="ratio",
     )  # fmt: skip
     routing_imbalance_calls: int = setting(
         8, help="prefix routing: ... and exceed the least loaded one's by more than this many calls (a "
         "move re-reads the whole prompt: a few calls' wait is cheaper)", unit="calls",
+    )  # fmt: skip
+    routing_imbalance_wait_s: float = setting(
+        0.5, help="prefix routing: ... or its calls' queue wait exceeds the least one's by more than this "
+        "(and --routing-imbalance times)", unit="seconds",
     )  # fmt: skip
     routing_probe_s: float = setting(
         1.0, help="prefix routing: interval of each replica's readiness check", unit="seconds"
@@ -149,6 +153,10 @@ class ShimSettings:
             raise ValueError("routing_block_bytes and routing_index_blocks must be at least 1")
         if not 0.0 <= self.routing_min_match <= 1.0:
             raise ValueError(f"routing_min_match must be a fraction in [0, 1], got {self.routing_min_match}")
+        if not self.routing_imbalance_wait_s >= 0:
+            raise ValueError(
+                f"routing_imbalance_wait_s must be at least 0, got {self.routing_imbalance_wait_s}"
+            )
         if self.routing_imbalance_calls < 0:
             raise ValueError(
                 f"routing_imbalance_calls must be at least 0, got {self.routing_imbalance_calls}"

@@ -9,12 +9,15 @@ The rule, per call, among the replicas whose readiness is SERVING (all of them, 
 - a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
   replica by expected wait ((calls in flight + 1) x its reported queue wait, replicas.py), among equals
   the one holding the fewest blocks (it then holds that prefix: the conversation's next turns follow it);
-- a candidate gives way to the replica with the fewest calls in flight only when its own calls in flight
-  exceed that least by more than `--routing-imbalance-calls` AND more than `--routing-imbalance` times.
-  Calls in flight, not the queue-wait estimate: the waits each replica reports move with every step's
-  jitter (on a busy host, with the CPU it gets), and a rule on their ratio moved calls off their cache
-  that no queue justified; a move costs the whole prompt's prefill, which a few calls' wait does not.
-  A slow replica keeps its calls longer, so its count rises and its conversations move (Little's law).
+- a candidate gives way to the replica with the fewest calls in flight when its own calls in flight exceed
+  that least by more than `--routing-imbalance-calls` AND more than `--routing-imbalance` times; or to
+  the one whose calls waited least in its queue (the wait each call's final message reports, a moving
+  average) when its own calls' wait exceeds that least by more than `--routing-imbalance-wait-s` AND
+  more than `--routing-imbalance` times (a replica short of KV memory or slots: its calls wait there).
+  Both margins, as SGLang's balance_abs_threshold and balance_rel_threshold: a ratio alone moved calls
+  off their cache whenever two small, noisy figures differed 2x (each step's jitter, the CPU a replica
+  gets), and a move costs the whole prompt's prefill, which a few calls' or a fraction of a second's
+  wait does not.
 The chosen replica is recorded as holding the prompt's blocks."""
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class PrefixRules:
     min_match: float = 0.5
     imbalance: float = 2.0
     imbalance_calls: int = 8
+    imbalance_wait_s: float = 0.5
     probe_s: float = 1.0
     wait_floor_s: float = 0.05  # queue waits under this are a step's jitter, not load
 
@@ -86,10 +90,18 @@ class PrefixRouting:
             return cheapest, LEAST_LOADED
         loads = {i: self.replicas[i].in_flight for i in live}
         least = min(live, key=lambda i: (loads[i], cost[i], self.index.size(i)))
-        over = loads[best] - loads[least]
-        if over > self.rules.imbalance_calls and loads[best] > self.rules.imbalance * loads[least]:
+        if self._past(loads[best], loads[least], self.rules.imbalance_calls):
             return least, BALANCED
+        now = time.monotonic()
+        waits = {i: self.replicas[i].wait(now) for i in live}
+        quickest = min(live, key=lambda i: (waits[i], loads[i], self.index.size(i)))
+        if self._past(waits[best], waits[quickest], self.rules.imbalance_wait_s):
+            return quickest, BALANCED
         return best, PREFIX
+
+    def _past(self, value: float, least: float, margin: float) -> bool:
+        """Loaded past both margins: by more than `margin`, and more than --routing-imbalance times."""
+        return value - least > margin and value > self.rules.imbalance * least
 
     def generate(
         self, request: pb.GenerateRequest, *, timeout: float, metadata: Sequence[tuple[str, str]]

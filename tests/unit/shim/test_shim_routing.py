@@ -102,11 +102,18 @@ async def test_the_longest_match_wins_unless_loaded_past_both_margins(routing: P
     assert in_flight(4, 5, 10) == (0, BALANCED)  # 6 over and 2.5x
     assert in_flight(6, 7, 10) == (2, PREFIX)  # 4 over, but 10 is not past 2 x 6: the relative margin holds
     assert in_flight(7, 4, 10) == (1, BALANCED)  # to the fewest calls in flight
-    # Reported queue waits alone move nothing: they follow each step's jitter, and a move costs a prefill.
+    # Reported queue waits move a call past both margins too (0.5 s and 2x), not on a step's jitter.
     in_flight(1, 1, 1)
     now = time.monotonic()
-    replicas[2].observe(3.0, now)
+    replicas[2].observe(1.0, now)  # its average: 0.3 s
     replicas[0].observe(0.01, now)
+    assert routing.choose(prompt) == (2, PREFIX)  # 0.3 s against 0: within the absolute margin
+    replicas[2].observe(4.0, now)  # 1.41 s: past 0.5 s more and 2x the least (replica 1's 0)
+    assert routing.choose(prompt) == (1, BALANCED)
+    replicas[1].observe(2.0, now)  # 0.6 s; the least is now replica 0's 0.003 s
+    assert routing.choose(prompt) == (0, BALANCED)
+    for replica in replicas[:2]:
+        replica.observe(10.0, now)  # every replica is slow: 1.41 s is within 2x of the least
     assert routing.choose(prompt) == (2, PREFIX)
 
 
@@ -187,3 +194,5 @@ def test_prefix_routing_needs_replicas_it_can_name() -> None:
         ShimSettings(routing_imbalance=0.5)
     with pytest.raises(ValueError, match="routing_imbalance_calls"):
         ShimSettings(routing_imbalance_calls=-1)
+    with pytest.raises(ValueError, match="routing_imbalance_wait_s"):
+        ShimSettings(routing_imbalance_wait_s=-0.1)
