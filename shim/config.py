@@ -114,16 +114,16 @@ class ShimSettings:
     )  # fmt: skip
     routing_imbalance: float = setting(
         2.0, help="prefix routing: the replica holding a prompt's prefix gives way to the least loaded only "
-        "when its calls in flight (or queue wait) exceed this many times the least one's, and by a margin",
-        unit="ratio",
+        "when its calls in flight (or time to first token) exceed this many times the least one's, and by "
+        "a margin", unit="ratio",
     )  # fmt: skip
     routing_imbalance_calls: int = setting(
         8, help="prefix routing: ... and exceed the least loaded one's by more than this many calls (a "
         "move re-reads the whole prompt: a few calls' wait is cheaper)", unit="calls",
     )  # fmt: skip
     routing_imbalance_wait_s: float = setting(
-        0.5, help="prefix routing: ... or its calls' queue wait exceeds the least one's by more than this "
-        "(and --routing-imbalance times)", unit="seconds",
+        0.5, help="prefix routing: ... or its calls' time to first token exceeds the least one's by more "
+        "than this (and --routing-imbalance times)", unit="seconds",
     )  # fmt: skip
     routing_probe_s: float = setting(
         1.0, help="prefix routing: interval of each replica's readiness check", unit="seconds"

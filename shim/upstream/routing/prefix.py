@@ -7,13 +7,14 @@ sent each replica (prefix_index.py), without asking the replicas per call.
 The rule, per call, among the replicas whose readiness is SERVING (all of them, if none is):
 - the prompt's leading blocks each replica was sent: the longest match is the candidate;
 - a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
-  replica by expected wait ((calls in flight + 1) x its reported queue wait, replicas.py), among equals
-  the one holding the fewest blocks (it then holds that prefix: the conversation's next turns follow it);
+  replica by expected wait ((calls in flight + 1) x its reported time to first token, replicas.py); equals
+  to the one holding the fewest blocks (it then holds that prefix: the conversation's next turns follow it);
 - a candidate gives way to the replica with the fewest calls in flight when its own calls in flight exceed
   that least by more than `--routing-imbalance-calls` AND more than `--routing-imbalance` times; or to
-  the one whose calls waited least in its queue (the wait each call's final message reports, a moving
-  average) when its own calls' wait exceeds that least by more than `--routing-imbalance-wait-s` AND
-  more than `--routing-imbalance` times (a replica short of KV memory or slots: its calls wait there).
+  the one whose calls waited least for their first token (as each call's final message reports it, a
+  moving average) when its own calls' wait exceeds that least by more than `--routing-imbalance-wait-s`
+  AND more than `--routing-imbalance` times (a replica short of KV memory, that keeps no prefix for
+  long, or a busy one).
   Both margins, as SGLang's balance_abs_threshold and balance_rel_threshold: a ratio alone moved calls
   off their cache whenever two small, noisy figures differed 2x (each step's jitter, the CPU a replica
   gets), and a move costs the whole prompt's prefill, which a few calls' or a fraction of a second's
@@ -50,7 +51,7 @@ class PrefixRules:
     imbalance_calls: int = 8
     imbalance_wait_s: float = 0.5
     probe_s: float = 1.0
-    wait_floor_s: float = 0.05  # queue waits under this are a step's jitter, not load
+    wait_floor_s: float = 0.05  # times to first token under this are a step's jitter, not load
 
 
 class PrefixRouting:
@@ -128,8 +129,8 @@ class PrefixRouting:
 
     def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
         replica = self._replica_of.get(id(call))
-        if replica is not None and timings.HasField("queue_wait"):
-            replica.observe(timings.queue_wait.ToTimedelta().total_seconds(), time.monotonic())
+        if replica is not None and timings.HasField("time_to_first_token"):
+            replica.observe(timings.time_to_first_token.ToTimedelta().total_seconds(), time.monotonic())
 
     async def close(self) -> None:
         self._probe.cancel()

@@ -102,7 +102,7 @@ async def test_the_longest_match_wins_unless_loaded_past_both_margins(routing: P
     assert in_flight(4, 5, 10) == (0, BALANCED)  # 6 over and 2.5x
     assert in_flight(6, 7, 10) == (2, PREFIX)  # 4 over, but 10 is not past 2 x 6: the relative margin holds
     assert in_flight(7, 4, 10) == (1, BALANCED)  # to the fewest calls in flight
-    # Reported queue waits move a call past both margins too (0.5 s and 2x), not on a step's jitter.
+    # Reported times to first token move a call past both margins too (0.5 s and 2x), not on jitter.
     in_flight(1, 1, 1)
     now = time.monotonic()
     replicas[2].observe(1.0, now)  # its average: 0.3 s
@@ -157,7 +157,7 @@ async def test_new_prompts_on_idle_replicas_spread_over_them(routing: PrefixRout
     assert sorted(i for i, _ in chosen) == [0, 1, 2] and {r for _, r in chosen} == {LEAST_LOADED}
 
 
-def test_the_queue_wait_average_moves_and_decays() -> None:
+def test_the_wait_average_moves_and_decays() -> None:
     from shim.upstream.routing.replicas import Replica
 
     replica = Replica("127.0.0.1:1", None, None, None)  # type: ignore[arg-type]  # no call is made
@@ -169,13 +169,14 @@ def test_the_queue_wait_average_moves_and_decays() -> None:
     assert replica.wait(105.0) == pytest.approx(0.255)  # half after 5 s with nothing reported
 
 
-async def test_a_finished_call_reports_its_queue_wait(routing: PrefixRouting) -> None:
+async def test_a_finished_call_reports_its_time_to_first_token(routing: PrefixRouting) -> None:
     from google.protobuf.duration_pb2 import Duration
 
     request = chat(("user", "a prompt long enough for a block or two"))
     call = routing.generate(request, timeout=5, metadata=())
     chosen = next(r for r in routing.replicas if r.in_flight == 1)
-    routing.finished(call, pb.GenerateTimings(queue_wait=Duration(seconds=2)))
+    timings = pb.GenerateTimings(queue_wait=Duration(seconds=9), time_to_first_token=Duration(seconds=2))
+    routing.finished(call, timings)
     assert chosen.wait(time.monotonic()) == pytest.approx(0.6, rel=0.01)
     call.cancel()
 
