@@ -18,10 +18,20 @@ prefix routing below replica 0's healthy share; the p99 TTFT of the calls it ser
 
 The system prompt is long (`--opening-words`, ~6.5 byte-LM tokens a word: its tokens are bytes) and
 answers short (8 tokens), so TTFT is the prefill of the resent conversation, which a replica that holds it
-skips.
+skips. Also per phase: where the cached share went (first turns, each turn's new tail, turns moved off
+their previous replica, turns that followed it and still missed), prefixes evicted, and the CPU the
+fleet, shim and client used (cores, ms a call) beside the machine's busy cores.
+
+The load is one a 2-core machine serves: 64 sessions, not 64 at once in a closed loop. Sessions open over
+16 s, and users pause 3 to 9 s between turns (`--think-s 6`, uniform 0.5-1.5x, seeded: reading an answer
+and typing the next message; real users take longer), so about 10 calls a second are offered: ~1.5
+cores at round-robin's ~150 ms of CPU a call here. Before (2 s pauses, all 64 open within 8 s) the
+offered load was twice what 2 cores serve, TTFT was seconds of waiting for CPU, and the ratio measured
+each routing's CPU per call (~1.6x) rather than the prefill a cache hit skips. Eight turns, as vLLM's
+synthetic multi-turn benchmark (benchmarks/multi_turn: 12-18 messages, 6-9 user turns).
 
     .venv/bin/python -m bench.fleet [--replicas 4] [--sessions 64] [--turns 8] [--repeats 3]
-        [--think-s 2] [--ramp-s 8] [--opening-words 150] [--max-tokens 8] [--size small]
+        [--think-s 6] [--ramp-s 16] [--opening-words 150] [--max-tokens 8] [--size small]
         [--slow-kv-mib 48 (holds 6,144 small / 2,048 bench tokens; at least --context-length)] [--quick]
 """
 
@@ -198,8 +208,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--kv-mib", type=int, default=1024, help="each replica's KV cache")
     parser.add_argument("--slow-kv-mib", type=int, default=48, help="the slow replica's KV cache")
     parser.add_argument("--max-tokens", type=int, default=8, help="each answer's length")
-    parser.add_argument("--think-s", type=float, default=2.0, help="a user's pause between turns")
-    parser.add_argument("--ramp-s", type=float, default=8.0, help="sessions open evenly over this long")
+    parser.add_argument("--think-s", type=float, default=6.0, help="a user's pause between turns (mean)")
+    parser.add_argument("--ramp-s", type=float, default=16.0, help="sessions open evenly over this long")
     parser.add_argument("--no-slow", action="store_true", help="skip the slowed-replica phase")
     parser.add_argument("--quick", action="store_true", help="4 replicas, 8 sessions, 6 turns, 1 repeat")
     args = parser.parse_args(argv)

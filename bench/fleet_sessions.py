@@ -53,20 +53,22 @@ async def run_sessions(
     """`sessions` conversations, each `turns` turns long: a system message of `opening_words` words (its
     own), then a short user turn after each answer; every turn resends the whole conversation. Each call's
     X-Request-Id is `{tag}-{seed}-{session}-{turn}`. Session i opens `start_gap_s` x i after the first
-    (conversations arrive over time, as a fleet sees them; 0: all at once); a user reads an answer for
-    `think_s` before the next turn (0: a closed loop, which saturates any fleet)."""
+    (conversations arrive over time, as a fleet sees them; 0: all at once); a user reads an answer and types
+    for 0.5 to 1.5 x `think_s` (uniform, seeded) before the next turn (0: a closed loop, which saturates
+    any fleet)."""
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
     done: list[Turn] = []
 
     async def session(index: int) -> None:
         await asyncio.sleep(index * start_gap_s)
         rng = random.Random(seed * 100_003 + index)
+        pauses = random.Random(-(seed * 100_003 + index))  # apart: the words do not depend on the pauses
         messages: list[Any] = [
             {"role": "system", "content": f"session {seed}-{index}: " + _words(rng, opening_words)},
         ]
         for turn in range(turns):
-            if turn:
-                await asyncio.sleep(think_s)
+            if turn:  # people read and type at their own pace: sessions that began together drift apart
+                await asyncio.sleep(think_s * pauses.uniform(0.5, 1.5))
             messages.append({"role": "user", "content": _words(rng, turn_words)})
             request_id = f"{tag}-{seed}-{index}-{turn}"
             started = time.perf_counter()
