@@ -28,8 +28,10 @@ from wire.metadata import READINESS_SERVICE
 _log = logging.getLogger("sluice.shim.routing")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 # A sample older than this weighs half as much: a replica that was slow and is avoided recovers its
-# standing within seconds, without new calls to prove it.
-_DECAY_S = 5.0
+# standing in a minute or two, without new calls to prove it. Longer than the pauses between the calls of
+# the conversations a replica holds (users read and type for seconds to tens of seconds): at 5 s a slow
+# replica's few remaining conversations found it cleared between their turns, and stayed.
+_DECAY_S = 30.0
 _WEIGHT = 0.3  # of a new sample in the average
 
 

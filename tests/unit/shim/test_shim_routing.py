@@ -166,18 +166,27 @@ def test_the_wait_average_moves_and_decays() -> None:
     assert replica.wait(100.0) == pytest.approx(0.3)
     replica.observe(1.0, 100.0)
     assert replica.wait(100.0) == pytest.approx(0.51)
-    assert replica.wait(105.0) == pytest.approx(0.255)  # half after 5 s with nothing reported
+    assert replica.wait(130.0) == pytest.approx(0.255)  # half after 30 s with nothing reported
 
 
-async def test_a_finished_call_reports_its_time_to_first_token(routing: PrefixRouting) -> None:
+async def test_a_call_sent_for_its_prefix_reports_its_time_to_first_token(routing: PrefixRouting) -> None:
+    # A new prompt (least loaded) counts only its queue wait: its whole prefill is routing's choice, and
+    # counted, a move's prefill would make its new replica look slow. Its next turn, sent for its prefix,
+    # counts its time to first token: a replica that lost the prefix (or a busy one) is slow to it.
     from google.protobuf.duration_pb2 import Duration
 
-    request = chat(("user", "a prompt long enough for a block or two"))
-    call = routing.generate(request, timeout=5, metadata=())
+    timings = pb.GenerateTimings(queue_wait=Duration(seconds=1), time_to_first_token=Duration(seconds=3))
+    first = chat(("user", "a prompt long enough for a block or two, or three of them"))
+    call = routing.generate(first, timeout=5, metadata=())
     chosen = next(r for r in routing.replicas if r.in_flight == 1)
-    timings = pb.GenerateTimings(queue_wait=Duration(seconds=9), time_to_first_token=Duration(seconds=2))
     routing.finished(call, timings)
-    assert chosen.wait(time.monotonic()) == pytest.approx(0.6, rel=0.01)
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.3, rel=0.01)  # 0.3 x 1 s
+    call.cancel()
+    second = chat(("user", "a prompt long enough for a block or two, or three of them"), ("user", "and?"))
+    call = routing.generate(second, timeout=5, metadata=())
+    assert chosen.in_flight >= 1  # it followed its prefix
+    routing.finished(call, timings)
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.3 + 0.3 * 2.7, rel=0.01)
     call.cancel()
 
 
