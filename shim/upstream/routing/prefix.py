@@ -136,9 +136,13 @@ class PrefixRouting:
         if where is None:
             return
         replica, reason = where
-        field = "time_to_first_token" if reason == PREFIX else "queue_wait"
-        if timings.HasField(field):
-            replica.observe(getattr(timings, field).ToTimedelta().total_seconds(), time.monotonic())
+        if reason == PREFIX and timings.HasField("time_to_first_token"):
+            waited = timings.time_to_first_token
+        elif reason != PREFIX and timings.HasField("queue_wait"):
+            waited = timings.queue_wait
+        else:
+            return
+        replica.observe(waited.ToTimedelta().total_seconds(), time.monotonic())
 
     async def close(self) -> None:
         self._probe.cancel()
