@@ -74,7 +74,14 @@ async def routing() -> AsyncIterator[PrefixRouting]:
     router = PrefixRouting(
         ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
         lambda address: grpc.aio.insecure_channel(address),
-        PrefixRules(block_bytes=16, imbalance=2.0, imbalance_calls=2, min_match=0.5, probe_s=3600),
+        PrefixRules(
+            block_bytes=16,
+            imbalance=2.0,
+            imbalance_calls=2,
+            imbalance_wait_s=0.5,
+            min_match=0.5,
+            probe_s=3600,
+        ),
     )
     router._probe.cancel()  # readiness is set by hand here
     try:
