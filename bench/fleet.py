@@ -18,10 +18,20 @@ prefix routing below replica 0's healthy share; the p99 TTFT of the calls it ser
 
 The system prompt is long (`--opening-words`, ~6.5 byte-LM tokens a word: its tokens are bytes) and
 answers short (8 tokens), so TTFT is the prefill of the resent conversation, which a replica that holds it
-skips.
+skips. Also per phase: where the cached share went (first turns, each turn's new tail, turns moved off
+their previous replica, turns that followed it and still missed), prefixes evicted, and the CPU the
+fleet, shim and client used (cores, ms a call) beside the machine's busy cores.
+
+The load is one a 2-core machine serves: 64 sessions, not 64 at once in a closed loop. Sessions open over
+16 s, and users pause 3 to 9 s between turns (`--think-s 6`, uniform 0.5-1.5x, seeded: reading an answer
+and typing the next message; real users take longer), so about 10 calls a second are offered: ~1.5
+cores at round-robin's ~150 ms of CPU a call here. Before (2 s pauses, all 64 open within 8 s) the
+offered load was twice what 2 cores serve, TTFT was seconds of waiting for CPU, and the ratio measured
+each routing's CPU per call (~1.6x) rather than the prefill a cache hit skips. Eight turns, as vLLM's
+synthetic multi-turn benchmark (benchmarks/multi_turn: 12-18 messages, 6-9 user turns).
 
     .venv/bin/python -m bench.fleet [--replicas 4] [--sessions 64] [--turns 8] [--repeats 3]
-        [--think-s 2] [--ramp-s 8] [--opening-words 150] [--max-tokens 8] [--size small]
+        [--think-s 6] [--ramp-s 16] [--opening-words 150] [--max-tokens 8] [--size small]
         [--slow-kv-mib 48 (holds 6,144 small / 2,048 bench tokens; at least --context-length)] [--quick]
 """
 
@@ -30,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import subprocess
 import sys
 import time
@@ -39,8 +50,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import psutil
 
-from bench.fleet_sessions import Turn, cached_share, run_sessions, served_by
+from bench.fleet_sessions import Turn, cached_share, run_sessions, served_by, share_loss
+from bench.points import cpu_seconds, machine_busy_seconds
 from bench.prometheus import parse, total
 from bench.stack import STOP_GRACE_S, SluiceServer, SluiceShim
 from bench.stats import Spread, percentile
@@ -58,6 +71,10 @@ class Phase:
     turns: list[Turn]
     replica: list[int]
     reasons: dict[str, float]  # why prefix routing sent the calls where it did (sluice_shim_routed_total)
+    cpu_s: float  # the replicas', the shim's and this client's CPU seconds in the phase
+    busy_s: float  # the whole machine's (others' work too, where others share it)
+    wall_s: float
+    evictions: float  # cached prefixes the phase's replicas evicted for memory
 
     def ttft_ms(self, keep: Any = None) -> list[float]:
         return [
@@ -71,6 +88,10 @@ class Phase:
 def _cpu() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
     return next((line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line), "?")
+
+
+def _cores() -> int:
+    return len(psutil.Process().cpu_affinity() or []) or (os.cpu_count() or 1)
 
 
 def _met(value: str, target: str, ok: bool) -> str:
@@ -99,6 +120,13 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
             f"cached share {Spread.of(shares).format(3)}, calls per replica {' '.join(calls)}"
             + (f"; routed: {why}" if name != "round_robin" else "")
         )
+        cores = Spread.of([run.cpu_s / run.wall_s for run in runs]).format(2)
+        machine = Spread.of([run.busy_s / run.wall_s for run in runs]).format(2)
+        per_call = Spread.of([1000 * run.cpu_s / len(run.turns) for run in runs]).format(0)
+        evictions = Spread.of([run.evictions for run in runs]).format(0)
+        print(f"  {'':12} CPU: fleet+shim+client {cores} cores ({per_call} ms a call), machine {machine} "
+              f"of {_cores()} cores; prefixes evicted {evictions}; share, repeat 1: "
+              f"{share_loss(runs[0].turns, runs[0].replica).format()}")  # fmt: skip
     ratio = Spread.of([rr / px for rr, px in zip(p50["round_robin"], p50["prefix"], strict=True)])
     share = Spread.of([cached_share(run.turns) for run in phases["prefix"]])
     print("  targets (median [range] over repeats):")
@@ -121,15 +149,28 @@ def report(args: argparse.Namespace, phases: dict[str, list[Phase]], wall_s: flo
           f"{Spread.of(others_p99).format(1)} ms: {_met(f'{sum(held)}/{len(held)} repeats', 'at most the others', all(held))}")  # fmt: skip  # noqa: E501
 
 
+def _evictions(servers: Sequence[SluiceServer]) -> float:
+    return sum(s.metric("sluice_prefix_cache_evictions_total") for s in servers)
+
+
 def _reasons(url: str) -> dict[str, float]:
     samples = parse(httpx.get(f"{url}/metrics", timeout=30).text)
     return {why: total(samples, "sluice_shim_routed_total", reason=why) for why in REASONS}
 
 
 def _phase(
-    args: argparse.Namespace, url: str, servers: Sequence[SluiceServer], *, seed: int, name: str
+    args: argparse.Namespace,
+    shim: SluiceShim,
+    servers: Sequence[SluiceServer],
+    *,
+    seed: int,
+    name: str,
 ) -> Phase:
+    url = shim.url
+    pids = [shim.pid, os.getpid(), *(s.pid for s in servers)]
     before = _reasons(url)
+    evicted = _evictions(servers)
+    cpu, busy, began = cpu_seconds(pids), machine_busy_seconds(), time.monotonic()
     turns = asyncio.run(
         run_sessions(
             url, sessions=args.sessions, turns=args.turns, seed=seed, opening_words=args.opening_words,
@@ -137,13 +178,15 @@ def _phase(
             max_tokens=args.max_tokens,
         )
     )  # fmt: skip
+    cpu, busy, wall = cpu_seconds(pids) - cpu, machine_busy_seconds() - busy, time.monotonic() - began
     # A replica writes a call's access-log line as the call ends: the last few may still be on their way.
     deadline = time.monotonic() + 30
     while True:
         try:
             served = served_by([list(s.lines) for s in servers], turns)
             after = _reasons(url)
-            return Phase(turns, served, {why: after[why] - before[why] for why in REASONS})
+            reasons = {why: after[why] - before[why] for why in REASONS}
+            return Phase(turns, served, reasons, cpu, busy, wall, _evictions(servers) - evicted)
         except LookupError:
             if time.monotonic() > deadline:
                 raise
@@ -165,8 +208,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--kv-mib", type=int, default=1024, help="each replica's KV cache")
     parser.add_argument("--slow-kv-mib", type=int, default=48, help="the slow replica's KV cache")
     parser.add_argument("--max-tokens", type=int, default=8, help="each answer's length")
-    parser.add_argument("--think-s", type=float, default=2.0, help="a user's pause between turns")
-    parser.add_argument("--ramp-s", type=float, default=8.0, help="sessions open evenly over this long")
+    parser.add_argument("--think-s", type=float, default=6.0, help="a user's pause between turns (mean)")
+    parser.add_argument("--ramp-s", type=float, default=16.0, help="sessions open evenly over this long")
     parser.add_argument("--no-slow", action="store_true", help="skip the slowed-replica phase")
     parser.add_argument("--quick", action="store_true", help="4 replicas, 8 sessions, 6 turns, 1 repeat")
     args = parser.parse_args(argv)
@@ -202,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for number, name in enumerate(names):
                 began = time.monotonic()
                 seed = repeat * len(PHASES) + number
-                phases[name].append(_phase(args, shims[name].url, fleets[name], seed=seed, name=name))
+                phases[name].append(_phase(args, shims[name], fleets[name], seed=seed, name=name))
                 print(f"  repeat {repeat + 1}/{args.repeats} {name}: {time.monotonic() - began:.0f} s",
                       file=sys.stderr, flush=True)  # fmt: skip
     report(args, phases, time.monotonic() - started)

@@ -113,8 +113,17 @@ class ShimSettings:
         unit="fraction",
     )  # fmt: skip
     routing_imbalance: float = setting(
-        2.0, help="prefix routing: a replica whose expected wait exceeds this many times the least one's "
-        "gives way to the least loaded", unit="ratio",
+        2.0, help="prefix routing: the replica holding a prompt's prefix gives way to the least loaded only "
+        "when its calls in flight (or time to first token) exceed this many times the least one's, and by "
+        "a margin", unit="ratio",
+    )  # fmt: skip
+    routing_imbalance_calls: int = setting(
+        8, help="prefix routing: ... and exceed the least loaded one's by more than this many calls (a "
+        "move re-reads the whole prompt: a few calls' wait is cheaper)", unit="calls",
+    )  # fmt: skip
+    routing_imbalance_wait_s: float = setting(
+        0.5, help="prefix routing: ... or its calls' time to first token exceeds the least one's by more "
+        "than this (and --routing-imbalance times)", unit="seconds",
     )  # fmt: skip
     routing_probe_s: float = setting(
         1.0, help="prefix routing: interval of each replica's readiness check", unit="seconds"
@@ -144,6 +153,14 @@ class ShimSettings:
             raise ValueError("routing_block_bytes and routing_index_blocks must be at least 1")
         if not 0.0 <= self.routing_min_match <= 1.0:
             raise ValueError(f"routing_min_match must be a fraction in [0, 1], got {self.routing_min_match}")
+        if not self.routing_imbalance_wait_s >= 0:
+            raise ValueError(
+                f"routing_imbalance_wait_s must be at least 0, got {self.routing_imbalance_wait_s}"
+            )
+        if self.routing_imbalance_calls < 0:
+            raise ValueError(
+                f"routing_imbalance_calls must be at least 0, got {self.routing_imbalance_calls}"
+            )
         if not self.routing_imbalance >= 1.0:
             raise ValueError(f"routing_imbalance must be at least 1, got {self.routing_imbalance}")
         if not self.routing_probe_s > 0:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from server.batching.sequence import GenSequence
-from server.kv.arena import Region, RegionArena, aligned
+from server.kv.arena import ALIGN, Region, RegionArena, aligned
 from server.kv.prefix import PrefixCache, PrefixEvents
 from server.metrics import Metrics
 
@@ -206,6 +206,11 @@ class KvMemory:
             # a chat finds its prompt and its answer (not when preempted: memory is wanted then).
             whole = self._whole(seq, shared, held, region) if region.written and seq.done else None
             self._free(region)
+            if whole is not None and self._superseded(shared, held):
+                # It holds all the prefix did (whose copy is queued first): kept, the prefix would name the
+                # whole's leading blocks, and its eviction (LRU: hits refresh the deepest) hide the whole.
+                del self._cached[id(shared)]
+                self._free(shared)
             region = whole
         if region is None or not self.prefix.enabled or region.written == 0:
             if region is not None:
@@ -219,11 +224,25 @@ class KvMemory:
         while len(self._cached) > self._max_cached and self._evict(set()):
             pass
 
+    def _superseded(self, shared: Region, held: int) -> bool:
+        """A cached prefix no sequence attends, whose registered blocks all lie within `held` tokens."""
+        return not shared.refs and id(shared) in self._cached and len(shared.hashes) * ALIGN <= held
+
     def _whole(self, seq: GenSequence, shared: Region, held: int, own: Region) -> Region | None:
         """A region holding a sharer's prefix and what it wrote (copied before the next step, in order:
-        its own region is free at once), if a hole holds it without evicting anything; else None."""
+        its own region is free at once), where a hole holds it, made by evicting least recently used
+        prefixes (never the one it copies) of at most four times its size; else None. Evicting: once the arena
+        is full of cached prefixes (any server's steady state), no hole is free, and a chat's next turn
+        would find only the turn that was last cached, one turn more behind at every turn."""
         written = held + own.written
+        budget = 4 * aligned(written)
         whole = self.arena.allocate(written)
+        while whole is None and budget > 0:
+            evicted = self._evict({id(shared)})
+            if not evicted:
+                return None
+            budget -= evicted
+            whole = self.arena.allocate(written)
         if whole is None:
             return None
         self.moves += [(shared.base, whole.base, held), (own.base, whole.base + held, own.written)]
@@ -265,14 +284,16 @@ class KvMemory:
         )
         return min(candidates, key=lambda s: s.rank, default=None)
 
-    def _evict(self, keep: set[int]) -> bool:
-        """Frees the least recently used cached prefix not in `keep`; False: there is none."""
+    def _evict(self, keep: set[int]) -> int:
+        """Frees the least recently used cached prefix not in `keep`: its tokens; 0: there is none."""
         victim = next((key for key, r in self._cached.items() if key not in keep and not r.refs), None)
         if victim is None:
-            return False
-        self._free(self._cached.pop(victim))
+            return 0
+        region = self._cached.pop(victim)
+        size = region.size
+        self._free(region)
         self._m[2].inc()
-        return True
+        return max(size, 1)
 
     def _free(self, region: Region) -> None:
         self.prefix.forget(region)

@@ -47,6 +47,8 @@ def _prefix(
         index_blocks=settings.routing_index_blocks,
         min_match=settings.routing_min_match,
         imbalance=settings.routing_imbalance,
+        imbalance_calls=settings.routing_imbalance_calls,
+        imbalance_wait_s=settings.routing_imbalance_wait_s,
         probe_s=settings.routing_probe_s,
     )
     return PrefixRouting(replica_addresses(settings.upstream), open_channel, rules, routed=routed)

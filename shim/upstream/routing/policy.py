@@ -23,7 +23,7 @@ class Routing(Protocol):
         """Starts the call on the chosen replica."""
 
     def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
-        """The call's final message came, with the server's timings (its queue wait: the replica's load)."""
+        """The call's final message came, with the server's timings (the replica's load, as it saw it)."""
 
     async def close(self) -> None:
         """Ends what the policy runs of its own (channels, probes)."""

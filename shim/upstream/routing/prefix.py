@@ -1,15 +1,24 @@
 """Prefix routing (`--routing prefix`): a Generate call goes to the replica most likely to hold its prompt's
-prefix in its prefix cache, unless that replica is loaded past `--routing-imbalance` times the least loaded
-one; then to the least loaded. As SGLang's router (`cache_aware`) and llm-d's prefix scorer decide, from an
-approximate index of what this shim sent each replica (prefix_index.py), without asking the replicas.
+prefix in its prefix cache, unless that replica is loaded past the others by both an absolute and a
+relative margin; then to the least loaded. As SGLang's router (`cache_aware`, its `balance_abs_threshold`
+and `balance_rel_threshold`) and llm-d's prefix scorer decide, from an approximate index of what this shim
+sent each replica (prefix_index.py), without asking the replicas per call.
 
 The rule, per call, among the replicas whose readiness is SERVING (all of them, if none is):
 - the prompt's leading blocks each replica was sent: the longest match is the candidate;
 - a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
-  replica, among equals the one holding the fewest blocks (it then holds that prefix: the conversation's
-  next turns follow it);
-- a candidate whose load ((calls in flight + 1) x its reported queue wait, replicas.py) exceeds
-  `--routing-imbalance` x the least gives way to the least loaded.
+  replica by expected wait ((calls in flight + 1) x its reported time to first token, replicas.py); equals
+  to the one holding the fewest blocks (it then holds that prefix: the conversation's next turns follow it);
+- a candidate gives way to the replica with the fewest calls in flight when its own calls in flight exceed
+  that least by more than `--routing-imbalance-calls` AND more than `--routing-imbalance` times; or to
+  the one whose calls waited least (a moving average of what each call's final message reports: a call
+  sent for its prefix, its time to first token; any other, its queue wait) when its own calls' wait
+  exceeds that least by more than `--routing-imbalance-wait-s` AND more than `--routing-imbalance` times
+  (a replica short of KV memory, that keeps no prefix for long, or a busy one).
+  Both margins, as SGLang's balance_abs_threshold and balance_rel_threshold: a ratio alone moved calls
+  off their cache whenever two small, noisy figures differed 2x (each step's jitter, the CPU a replica
+  gets), and a move costs the whole prompt's prefill, which a few calls' or a fraction of a second's
+  wait does not.
 The chosen replica is recorded as holding the prompt's blocks."""
 
 from __future__ import annotations
@@ -39,8 +48,10 @@ class PrefixRules:
     index_blocks: int = 65536
     min_match: float = 0.5
     imbalance: float = 2.0
+    imbalance_calls: int = 8
+    imbalance_wait_s: float = 0.5
     probe_s: float = 1.0
-    wait_floor_s: float = 0.05  # queue waits under this are a step's jitter, not load
+    wait_floor_s: float = 0.05  # times to first token under this are a step's jitter, not load
 
 
 class PrefixRouting:
@@ -55,7 +66,7 @@ class PrefixRouting:
         self.rules = rules
         self.replicas = [make_replica(address, open_channel(address)) for address in addresses]
         self.index = PrefixIndex(len(self.replicas), capacity=rules.index_blocks)
-        self._replica_of: dict[int, Replica] = {}  # by id(call), while the call runs
+        self._replica_of: dict[int, tuple[Replica, str]] = {}  # by id(call), while it runs: where, and why
         self._routed = routed
         self._probe = asyncio.get_running_loop().create_task(
             probe_readiness(
@@ -78,9 +89,20 @@ class PrefixRouting:
         best = max(live, key=lambda i: (matched[i], -cost[i]))
         if matched[best] < self.rules.min_match * len(hashes):
             return cheapest, LEAST_LOADED
-        if cost[best] > self.rules.imbalance * cost[cheapest]:
-            return cheapest, BALANCED
+        loads = {i: self.replicas[i].in_flight for i in live}
+        least = min(live, key=lambda i: (loads[i], cost[i], self.index.size(i)))
+        if self._past(loads[best], loads[least], self.rules.imbalance_calls):
+            return least, BALANCED
+        now = time.monotonic()
+        waits = {i: self.replicas[i].wait(now) for i in live}
+        quickest = min(live, key=lambda i: (waits[i], loads[i], self.index.size(i)))
+        if self._past(waits[best], waits[quickest], self.rules.imbalance_wait_s):
+            return quickest, BALANCED
         return best, PREFIX
+
+    def _past(self, value: float, least: float, margin: float) -> bool:
+        """Loaded past both margins: by more than `margin`, and more than --routing-imbalance times."""
+        return value - least > margin and value > self.rules.imbalance * least
 
     def generate(
         self, request: pb.GenerateRequest, *, timeout: float, metadata: Sequence[tuple[str, str]]
@@ -96,7 +118,7 @@ class PrefixRouting:
             self._routed.labels(replica.address, reason).inc()
         call: GenerateCall = replica.inference.Generate(request, timeout=timeout, metadata=metadata)
         replica.in_flight += 1
-        self._replica_of[id(call)] = replica
+        self._replica_of[id(call)] = replica, reason
 
         def done(_: object) -> None:
             replica.in_flight -= 1
@@ -106,9 +128,21 @@ class PrefixRouting:
         return call
 
     def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
-        replica = self._replica_of.get(id(call))
-        if replica is not None and timings.HasField("queue_wait"):
-            replica.observe(timings.queue_wait.ToTimedelta().total_seconds(), time.monotonic())
+        """The replica's wait beyond the prefill routing chose: a call sent for its prefix reports its time
+        to first token (a replica that lost the prefix, or a busy one, is slow to it); any other call only
+        its queue wait, since its whole prompt's prefill is routing's doing (counted, a move's prefill
+        made its new replica look slow, and moved that one's calls in turn: 256 of 512 in a run)."""
+        where = self._replica_of.get(id(call))
+        if where is None:
+            return
+        replica, reason = where
+        if reason == PREFIX and timings.HasField("time_to_first_token"):
+            waited = timings.time_to_first_token
+        elif reason != PREFIX and timings.HasField("queue_wait"):
+            waited = timings.queue_wait
+        else:
+            return
+        replica.observe(waited.ToTimedelta().total_seconds(), time.monotonic())
 
     async def close(self) -> None:
         self._probe.cancel()

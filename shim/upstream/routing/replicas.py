@@ -1,11 +1,14 @@
 """The replicas a routing policy chooses among: per replica one channel of its own, what this shim has in
-flight there, how long its calls waited in its queue lately, and whether its readiness says it takes work.
+flight there, how long its calls waited for their first token lately, and whether its readiness says it
+takes work.
 
 Load is read without asking per call: the shim counts its own calls in flight to each replica, keeps a
-moving average of the queue wait each replica reports in its calls' final message (GenerateTimings:
-from arrival to the first scheduled step, so a prefill's length, which a cache hit shortens, does not
-count as load), and polls each replica's `sluice.readiness` health service on an interval (it turns
-NOT_SERVING when the replica's queue is full, its memory breaker open, or it drains)."""
+moving average of the time to first token each replica reports in its calls' final message
+(GenerateTimings: from arrival to the first token, the queue wait and the prefill), and polls each
+replica's `sluice.readiness` health service on an interval (it turns NOT_SERVING when the replica's queue
+is full, its memory breaker open, or it drains). The time to first token rather than the queue wait
+alone: a replica too short of KV memory to keep its conversations' prefixes, or whose steps are slow (a
+busy model), serves its calls without queueing them, and only their first token says it is slow."""
 
 from __future__ import annotations
 
@@ -25,8 +28,10 @@ from wire.metadata import READINESS_SERVICE
 _log = logging.getLogger("sluice.shim.routing")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 # A sample older than this weighs half as much: a replica that was slow and is avoided recovers its
-# standing within seconds, without new calls to prove it.
-_DECAY_S = 5.0
+# standing in a minute or two, without new calls to prove it. Longer than the pauses between the calls of
+# the conversations a replica holds (users read and type for seconds to tens of seconds): at 5 s a slow
+# replica's few remaining conversations found it cleared between their turns, and stayed.
+_DECAY_S = 30.0
 _WEIGHT = 0.3  # of a new sample in the average
 
 
@@ -42,7 +47,8 @@ class Replica:
     _measured_at: float = field(default=0.0)
 
     def wait(self, now: float) -> float:
-        """The moving average of reported queue waits, decayed towards zero while nothing is reported."""
+        """The moving average of reported times to first token, decayed towards zero while nothing is
+        reported."""
         if not self._wait_s:
             return 0.0
         return self._wait_s * float(0.5 ** ((now - self._measured_at) / _DECAY_S))
@@ -54,8 +60,8 @@ class Replica:
 
 
 def costs(replicas: list[Replica], live: list[int], *, floor_s: float) -> dict[int, float]:
-    """Each live replica's load: (calls in flight + 1) x its queue wait, waits under `floor_s` counted as
-    `floor_s` (a few steps' jitter is not load: then calls in flight alone decide)."""
+    """Each live replica's expected wait: (calls in flight + 1) x its time to first token, times under
+    `floor_s` counted as `floor_s` (a few steps' jitter is not load: then calls in flight alone decide)."""
     now = time.monotonic()
     return {i: (replicas[i].in_flight + 1) * max(replicas[i].wait(now), floor_s) for i in live}
 

@@ -139,6 +139,71 @@ def test_a_sharer_that_leaves_is_cached_whole_for_the_next_turn() -> None:
     assert first.region is not None and first.region.refs == 0
 
 
+def test_a_sharer_that_leaves_a_full_arena_evicts_older_prefixes_to_be_cached_whole() -> None:
+    # Once the arena is full of cached prefixes (a server's steady state), the next turn's whole is still
+    # cached: the least recently used prefixes go, not the one it copies. Before, it was dropped, and a
+    # chat's turns found only the last turn cached while a hole was free, one turn more behind each time.
+    memory = KvMemory(512, prefix_cache=True, metrics=Metrics(), model="m", sharing=True, min_shared=1)
+
+    def cache(prompt: list[int]) -> None:
+        seq = sequence(prompt, "")
+        assert memory.admit(seq, lambda victim: None)
+        seq.planned = seq.prefilled = seq.position = len(prompt)
+        memory.prefilled(seq)
+        memory.release(seq)
+
+    prompt, mine = list(range(100)), list(range(500, 516))
+    cache(prompt)
+    first = memory.prefix.match(prompt, "")
+    assert first is not None
+    for other in range(4):  # older conversations fill the rest: 16 tokens stay free
+        cache(list(range(1000 * (other + 1), 1000 * (other + 1) + 96)))
+    assert memory.arena.largest_hole() < 112
+    turn = sequence([*prompt[:80], *mine], "")
+    assert memory.admit(turn, lambda victim: None) and turn.shared_tokens == 80
+    turn.planned = turn.prefilled = turn.position = 96
+    memory.prefilled(turn)
+    turn.produced, turn.generated, turn.position = [8, 9], 2, 97
+    memory.wrote(turn, 8)
+    turn.done = True
+    memory.release(turn)
+    memory.take_moves()
+    hit = memory.prefix.match([*prompt[:80], *mine, 8, 9], "")
+    assert hit is not None and hit.tokens == 96 and hit.region is not first.region
+    source = memory.prefix.match(prompt, "")  # the prefix it copied stays
+    assert source is not None and source.region is first.region
+    assert memory.prefix.match(list(range(1000, 1096)), "") is None  # the oldest went
+
+
+def test_a_whole_that_holds_all_of_the_prefix_it_copied_replaces_it() -> None:
+    # One copy of a conversation, found in the newest region alone: had the prefix stayed, it would name
+    # the whole's leading blocks, and its eviction (the least recently used) would hide the whole.
+    memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True, min_shared=1)
+    prompt, mine = list(range(96)), list(range(500, 516))
+    first = sequence(prompt, "")
+    assert memory.admit(first, lambda victim: None)
+    first.planned = first.prefilled = first.position = 96
+    memory.prefilled(first)
+    memory.release(first)
+    source = memory.prefix.match([*prompt, 1], "")
+    assert source is not None and source.tokens == 96
+    turn = sequence([*prompt, *mine], "")
+    assert memory.admit(turn, lambda victim: None) and turn.shared_tokens == 96
+    turn.planned = turn.prefilled = turn.position = 112
+    memory.prefilled(turn)
+    turn.produced, turn.generated, turn.position = [8], 1, 113
+    memory.wrote(turn, 8)
+    turn.done = True
+    memory.release(turn)
+    moves, _ = memory.take_moves()
+    assert moves[0][0] == source.region.base  # the copy from it was queued before its space was freed
+    hit = memory.prefix.match([*prompt, 1], "")
+    assert hit is not None and hit.tokens == 96 and hit.region is not source.region
+    whole = memory.prefix.match([*prompt, *mine, 8, 9], "")
+    assert whole is not None and whole.region is hit.region and whole.tokens == 112
+    assert memory._evict({id(whole.region)}) == 0  # nothing else is cached
+
+
 def test_a_preempted_sharer_frees_its_own_part_and_caches_nothing_of_it() -> None:
     memory = KvMemory(1024, prefix_cache=True, metrics=Metrics(), model="m", sharing=True, min_shared=1)
     prompt = list(range(100))

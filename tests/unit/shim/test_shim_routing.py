@@ -1,6 +1,7 @@
 """Prefix routing's parts without a server: the prompt's bytes and block hashes (a conversation's next turn
 shares the hashes of the turn before; tenants' salts keep them apart), the bounded LRU index, and the rule
-that picks a replica (longest match, unless loaded past the imbalance; a new prompt to the least loaded)."""
+that picks a replica (longest match, unless its calls in flight exceed the least's by an absolute and a
+relative margin; a new prompt to the least loaded)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,14 @@ async def routing() -> AsyncIterator[PrefixRouting]:
     router = PrefixRouting(
         ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
         lambda address: grpc.aio.insecure_channel(address),
-        PrefixRules(block_bytes=16, imbalance=2.0, min_match=0.5, probe_s=3600),
+        PrefixRules(
+            block_bytes=16,
+            imbalance=2.0,
+            imbalance_calls=2,
+            imbalance_wait_s=0.5,
+            min_match=0.5,
+            probe_s=3600,
+        ),
     )
     router._probe.cancel()  # readiness is set by hand here
     try:
@@ -84,20 +92,51 @@ async def routing() -> AsyncIterator[PrefixRouting]:
         await router.close()
 
 
-async def test_the_longest_match_wins_unless_loaded_past_the_imbalance(routing: PrefixRouting) -> None:
+async def test_the_longest_match_wins_unless_loaded_past_both_margins(routing: PrefixRouting) -> None:
     prompt = list(range(10))
     routing.index.record(2, prompt[:8])
     routing.index.record(1, prompt[:3])
     assert routing.choose(prompt) == (2, PREFIX)
-    routing.replicas[2].in_flight = 2  # 3 x the floor against 1 x the floor: past 2x
-    assert routing.choose(prompt) == (0, BALANCED)
-    routing.replicas[0].in_flight = routing.replicas[1].in_flight = 1  # 3 against 2: within 2x
-    assert routing.choose(prompt) == (2, PREFIX)
+    replicas = routing.replicas
+
+    def in_flight(*counts: int) -> tuple[int, str]:
+        for replica, count in zip(replicas, counts, strict=True):
+            replica.in_flight = count
+        return routing.choose(prompt)
+
+    assert in_flight(0, 0, 3) == (0, BALANCED)  # 3 over the least's 0: past 2 calls and past 2x
+    assert in_flight(1, 1, 3) == (2, PREFIX)  # 2 over: not past the absolute margin
+    assert in_flight(4, 5, 10) == (0, BALANCED)  # 6 over and 2.5x
+    assert in_flight(6, 7, 10) == (2, PREFIX)  # 4 over, but 10 is not past 2 x 6: the relative margin holds
+    assert in_flight(7, 4, 10) == (1, BALANCED)  # to the fewest calls in flight
+    # Reported times to first token move a call past both margins too (0.5 s and 2x), not on jitter.
+    in_flight(1, 1, 1)
     now = time.monotonic()
-    routing.replicas[2].observe(1.0, now)  # its calls waited in its queue: 3 x 0.3 s against 2 x 0.05 s
-    routing.replicas[0].observe(0.01, now)  # under the floor: jitter, not load
-    routing.replicas[1].observe(0.01, now)
-    assert routing.choose(prompt)[1] == BALANCED
+    replicas[2].observe(1.0, now)  # its average: 0.3 s
+    replicas[0].observe(0.01, now)
+    assert routing.choose(prompt) == (2, PREFIX)  # 0.3 s against 0: within the absolute margin
+    replicas[2].observe(4.0, now)  # 1.41 s: past 0.5 s more and 2x the least (replica 1's 0)
+    assert routing.choose(prompt) == (1, BALANCED)
+    replicas[1].observe(2.0, now)  # 0.6 s; the least is now replica 0's 0.003 s
+    assert routing.choose(prompt) == (0, BALANCED)
+    for replica in replicas[:2]:
+        replica.observe(10.0, now)  # every replica is slow: 1.41 s is within 2x of the least
+    assert routing.choose(prompt) == (2, PREFIX)
+
+
+async def test_a_slow_replicas_calls_pile_up_and_its_conversations_move(routing: PrefixRouting) -> None:
+    # Replica 0 holds five conversations; its calls take longer, so they stay in flight and pile up: once
+    # they pass both margins, its conversations' next turns go where the fewest calls are.
+    conversations = [list(range(100 * c, 100 * c + 8)) for c in range(5)]
+    for hashes in conversations:
+        routing.index.record(0, hashes)
+    routing.replicas[1].in_flight = routing.replicas[2].in_flight = 1
+    chosen = []
+    for hashes in conversations:
+        index, reason = routing.choose([*hashes, 999])
+        routing.replicas[index].in_flight += 1  # none of them finishes
+        chosen.append((index, reason))
+    assert chosen[:4] == [(0, PREFIX)] * 4 and chosen[4] == (1, BALANCED)
 
 
 async def test_a_new_prompt_goes_to_the_least_loaded_ready_replica(routing: PrefixRouting) -> None:
@@ -125,7 +164,7 @@ async def test_new_prompts_on_idle_replicas_spread_over_them(routing: PrefixRout
     assert sorted(i for i, _ in chosen) == [0, 1, 2] and {r for _, r in chosen} == {LEAST_LOADED}
 
 
-def test_the_queue_wait_average_moves_and_decays() -> None:
+def test_the_wait_average_moves_and_decays() -> None:
     from shim.upstream.routing.replicas import Replica
 
     replica = Replica("127.0.0.1:1", None, None, None)  # type: ignore[arg-type]  # no call is made
@@ -134,17 +173,27 @@ def test_the_queue_wait_average_moves_and_decays() -> None:
     assert replica.wait(100.0) == pytest.approx(0.3)
     replica.observe(1.0, 100.0)
     assert replica.wait(100.0) == pytest.approx(0.51)
-    assert replica.wait(105.0) == pytest.approx(0.255)  # half after 5 s with nothing reported
+    assert replica.wait(130.0) == pytest.approx(0.255)  # half after 30 s with nothing reported
 
 
-async def test_a_finished_call_reports_its_queue_wait(routing: PrefixRouting) -> None:
+async def test_a_call_sent_for_its_prefix_reports_its_time_to_first_token(routing: PrefixRouting) -> None:
+    # A new prompt (least loaded) counts only its queue wait: its whole prefill is routing's choice, and
+    # counted, a move's prefill would make its new replica look slow. Its next turn, sent for its prefix,
+    # counts its time to first token: a replica that lost the prefix (or a busy one) is slow to it.
     from google.protobuf.duration_pb2 import Duration
 
-    request = chat(("user", "a prompt long enough for a block or two"))
-    call = routing.generate(request, timeout=5, metadata=())
+    timings = pb.GenerateTimings(queue_wait=Duration(seconds=1), time_to_first_token=Duration(seconds=3))
+    first = chat(("user", "a prompt long enough for a block or two, or three of them"))
+    call = routing.generate(first, timeout=5, metadata=())
     chosen = next(r for r in routing.replicas if r.in_flight == 1)
-    routing.finished(call, pb.GenerateTimings(queue_wait=Duration(seconds=2)))
-    assert chosen.wait(time.monotonic()) == pytest.approx(0.6, rel=0.01)
+    routing.finished(call, timings)
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.3, rel=0.01)  # 0.3 x 1 s
+    call.cancel()
+    second = chat(("user", "a prompt long enough for a block or two, or three of them"), ("user", "and?"))
+    call = routing.generate(second, timeout=5, metadata=())
+    assert chosen.in_flight >= 1  # it followed its prefix
+    routing.finished(call, timings)
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.3 + 0.3 * 2.7, rel=0.01)
     call.cancel()
 
 
@@ -160,3 +209,7 @@ def test_prefix_routing_needs_replicas_it_can_name() -> None:
         check_routing(ShimSettings(routing="random"))
     with pytest.raises(ValueError, match="routing_imbalance"):
         ShimSettings(routing_imbalance=0.5)
+    with pytest.raises(ValueError, match="routing_imbalance_calls"):
+        ShimSettings(routing_imbalance_calls=-1)
+    with pytest.raises(ValueError, match="routing_imbalance_wait_s"):
+        ShimSettings(routing_imbalance_wait_s=-0.1)
