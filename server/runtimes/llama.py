@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from server.kv.tensors import KvTensors
 from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
-from server.runtimes.decoder_graph import compiled
+from server.runtimes.decode_row import direct_group, one_row
+from server.runtimes.decoder_graph import compiled, scripted
 from server.runtimes.quantized import Quantized, RowTable, fuse, head_mode, linear, nbytes, prepare
 from server.runtimes.step_attention import Heads, StepAttention
 
@@ -75,6 +76,9 @@ class LlamaDecoder:
             for i in range(int(config.num_hidden_layers))
         ]
         self._inv_freq, self._rope_scale = _rope(config)
+        # A step of one decoding row takes decode_row.one_row (not with a sliding window: the general path's).
+        self._one_row = architecture.window_of(config) is None
+        self._direct_group = direct_group(self.weights, dtype)
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
         self._cos = self._sin = torch.empty(0, device=device)
@@ -112,6 +116,8 @@ class LlamaDecoder:
         prompt, then for every decoding row. `computing` runs where the scripted stack starts
         (GenerativeModel.forward); `prefixes`, per decoding row, a prefix it attends apart; `lora`, the
         step's adapters and their token rows (lora.segments)."""
+        if self._one_row and not prefills and len(bases) == 1 and not prefixes and not lora[1]:
+            return self._row(bases[0], tokens, int(positions[0]), computing)
         device = self.device
         decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions
         if prefills:
@@ -140,6 +146,23 @@ class LlamaDecoder:
         )  # fmt: skip
         last = attention.last_rows()
         h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)
+        logits: torch.Tensor = linear(h, self.lm_head[0], self.lm_head[1], None)
+        return logits
+
+    def _row(
+        self, base: int, tokens: torch.Tensor, position: int, computing: Callable[[], None]
+    ) -> torch.Tensor:
+        """One decoding row's step (decode_row.py): the general path's logits, to the bit, with fewer ops."""
+        embedded = self.embed[tokens]
+        if self.embedding_scale is not None:
+            embedded = embedded * self.embedding_scale
+        computing()
+        x = scripted(one_row)(
+            embedded, self._cos[position : position + 1], self._sin[position : position + 1], base + position,
+            base, position + 1, self.kv.k, self.kv.v, self.weights, self.heads, self.kv_heads, self.head_dim,
+            self.eps, self._direct_group, self.activation,
+        )  # fmt: skip
+        h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         logits: torch.Tensor = linear(h, self.lm_head[0], self.lm_head[1], None)
         return logits
 
