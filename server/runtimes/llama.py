@@ -81,7 +81,9 @@ class LlamaDecoder:
         self._direct_group = direct_group(self.weights, dtype)
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
-        self._cos = self._sin = torch.empty(0, device=device)
+        self._cos = self._sin = self._sin_signed = torch.empty(0, device=device)
+        # Each layer's keys and values as views (one_row's), made again where the arena is.
+        self._kv_layers: tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]] = (self._cos, [], [])
 
     def weights_bytes(self) -> int:
         """The resident bytes of the weights (packed ones as packed), for the start-up log and the bench."""
@@ -99,6 +101,8 @@ class LlamaDecoder:
         angles = torch.cat([freqs, freqs], dim=-1)
         self._cos = (angles.cos() * self._rope_scale).to(self.dtype)
         self._sin = (angles.sin() * self._rope_scale).to(self.dtype)
+        self._sin_signed = self._sin.clone()
+        self._sin_signed[:, : self._sin.shape[1] // 2] *= -1
         return self.kv.allocate(tokens)
 
     def forward(
@@ -156,11 +160,13 @@ class LlamaDecoder:
         embedded = self.embed[tokens]
         if self.embedding_scale is not None:
             embedded = embedded * self.embedding_scale
+        if self._kv_layers[0] is not self.kv.k:
+            self._kv_layers = (self.kv.k, list(self.kv.k.unbind(0)), list(self.kv.v.unbind(0)))
         computing()
         x = scripted(one_row)(
-            embedded, self._cos[position : position + 1], self._sin[position : position + 1], base + position,
-            base, position + 1, self.kv.k, self.kv.v, self.weights, self.heads, self.kv_heads, self.head_dim,
-            self.eps, self._direct_group, self.activation,
+            embedded, self._cos[position : position + 1], self._sin_signed[position : position + 1],
+            base + position, base, position + 1, self._kv_layers[1], self._kv_layers[2], self.weights,
+            self.heads, self.kv_heads, self.head_dim, self.eps, self._direct_group, self.activation,
         )  # fmt: skip
         h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         logits: torch.Tensor = linear(h, self.lm_head[0], self.lm_head[1], None)
