@@ -28,6 +28,27 @@ def uniforms(seeds: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return out
 
 
+# Vocabulary blocks for the CPU argmax below; a vocabulary no size divides takes torch's argmax.
+_BLOCKS = (512, 256, 128)
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax of each row of logits [B, V], as `logits.argmax(-1)` gives it (the first of equal
+    maxima; a NaN counts as the maximum). On CPU torch's argmax is not vectorised: 1.4 ms for 32 x 49,152
+    float32 logits, 5.9 ms in bfloat16 (8% of a SmolLM2 w8a8 step), against a vectorised amax at 0.1 ms.
+    So the maximum of each block of the vocabulary is taken first (amax, whose NaN propagates as argmax
+    sees it), then the argmax of those few, then the argmax inside the one block that holds it: 0.14 and
+    0.58 ms. The first block holding the maximum holds its first occurrence, so the result is the same."""
+    rows, vocab = logits.shape
+    size = next((b for b in _BLOCKS if vocab % b == 0 and vocab > b), 0)
+    if not size or logits.device.type != "cpu":
+        return logits.argmax(dim=-1)
+    blocks = logits.reshape(rows, vocab // size, size)
+    best = blocks.amax(dim=-1).argmax(dim=-1)
+    inner = blocks[torch.arange(rows), best].argmax(dim=-1)
+    return best * size + inner
+
+
 def sample(
     logits: torch.Tensor,
     *,
@@ -40,7 +61,7 @@ def sample(
     An all-greedy batch never comes here: its step takes the argmax (StepPlan.greedy, decided on the
     event loop), without these tensors or the sort over the vocabulary (2 ms of a 10 ms step)."""
     logits = logits.float()
-    greedy = logits.argmax(dim=-1)
+    top = greedy_tokens(logits)
     vocab = logits.shape[-1]
     scaled = logits / temperature.clamp_min(1e-6)[:, None]
     limited, nucleus = top_k > 0, top_p < 1
@@ -49,7 +70,7 @@ def sample(
         cdf = scaled.softmax(dim=-1).cumsum(dim=-1)
         sampled = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1).to(cdf.dtype), right=True)
         sampled = sampled.clamp_max(vocab - 1).squeeze(-1)
-        return torch.where(temperature <= 0, greedy, sampled)
+        return torch.where(temperature <= 0, top, sampled)
     # Only the candidates any row can keep are ordered: the top max(k) where every sampled row has a top_k.
     width = int(top_k.max()) if bool((limited | (temperature <= 0)).all()) else vocab
     sorted_logits, order = (
@@ -65,4 +86,4 @@ def sample(
     target = (u * cdf[:, -1]).unsqueeze(-1).to(cdf.dtype)
     choice = torch.searchsorted(cdf, target, right=True).clamp_max(sorted_logits.shape[-1] - 1)
     sampled = order.gather(-1, choice).squeeze(-1)
-    return torch.where(temperature <= 0, greedy, sampled)
+    return torch.where(temperature <= 0, top, sampled)

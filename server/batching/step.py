@@ -13,7 +13,7 @@ import torch
 
 from server.batching.extras import RequestExtras
 from server.batching.oom import release_cached_memory
-from server.batching.sampling import sample, uniforms
+from server.batching.sampling import greedy_tokens, sample, uniforms
 from server.batching.sequence import GenSequence
 from server.domain import SamplingParams
 from server.logits.apply import Rows, accept, failures
@@ -209,7 +209,7 @@ def _step(model: GenerativeModel, plan: StepPlan, chain: StepChain) -> StepResul
     if plan.eos_masked and model.eos_id is not None:
         logits[plan.eos_masked, model.eos_id] = -torch.inf
     if plan.greedy:
-        chosen = logits.argmax(dim=-1)  # as sample() does for an all-greedy batch, without its tensors
+        chosen = greedy_tokens(logits)  # as sample() does for an all-greedy batch, without its tensors
     else:
         chosen = sample(
             logits,

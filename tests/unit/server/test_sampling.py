@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from server.batching.sampling import sample, uniforms
+from server.batching.sampling import greedy_tokens, sample, uniforms
 
 
 def draw(
@@ -55,3 +55,18 @@ def test_top_k_never_samples_outside_the_k_best() -> None:
     logits = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0]]).repeat(500, 1)
     tokens = draw(logits, list(range(500)), [0] * 500, temperature=[5.0] * 500, top_k=[2] * 500)
     assert set(tokens) == {0, 1}
+
+
+def test_the_blocked_argmax_is_torchs_argmax_ties_and_nans_included() -> None:
+    gen = torch.Generator().manual_seed(1)
+    for vocab in (49_152, 8_192, 258, 1_000):  # the last two: no block size divides them or fits
+        for dtype in (torch.float32, torch.bfloat16):
+            logits = torch.randn(32, vocab, generator=gen).to(dtype)
+            logits[3, 7] = logits[3, vocab - 1] = 50.0  # a tie across blocks: the first wins
+            logits[4, 100:140] = 40.0  # a tie inside a block and across its edge
+            logits[5, vocab // 2] = float("nan")  # argmax's NaN is its maximum
+            logits[6, 9] = logits[6, vocab - 2] = float("nan")
+            logits[7] = -torch.inf
+            assert torch.equal(greedy_tokens(logits), logits.argmax(dim=-1)), (vocab, dtype)
+            picked = logits[::3]  # not contiguous
+            assert torch.equal(greedy_tokens(picked), picked.argmax(dim=-1))
