@@ -39,8 +39,9 @@ def one_row(
 ) -> Tensor:
     """x [1, width] through every layer: the row writes its key and value at arena token `token` of each
     layer's arena [kv, tokens, dim] and attends tokens [base, base + span). `sin` is the rotary sine with
-    its first half negated (which folds the rotation's negation into the table, exactly). `group_size` > 0: every projection is int4 packed for the CPU in groups of
-    it, with bfloat16 activations and no bias, and its kernel is called directly; 0: `linear`."""
+    its first half negated (which folds the rotation's negation into the table, exactly). `group_size` > 0:
+    every projection is int4 packed for the CPU in groups of it, with bfloat16 activations and no bias,
+    and its kernel is called directly; 0: `linear`."""
     width = x.shape[1]
     qk_width, half, group = (heads + kv) * dim, dim // 2, heads // kv
     direct = group_size > 0

@@ -120,7 +120,9 @@ class LlamaDecoder:
         prompt, then for every decoding row. `computing` runs where the scripted stack starts
         (GenerativeModel.forward); `prefixes`, per decoding row, a prefix it attends apart; `lora`, the
         step's adapters and their token rows (lora.segments)."""
-        if self._one_row and not prefills and len(bases) == 1 and not prefixes and not lora[1]:
+        # One row with no prefix held apart ((0, 0), as the scheduler passes every row without one).
+        held = bool(prefixes) and prefixes[0][1] > 0
+        if self._one_row and not prefills and len(bases) == 1 and not held and not lora[1]:
             return self._row(bases[0], tokens, int(positions[0]), computing)
         device = self.device
         decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions

@@ -31,7 +31,9 @@ def decode(model: LlamaDecoder, steps: int) -> torch.Tensor:
     with torch.inference_mode():
         token = model.forward([Prefill(2 * 128, PROMPT)], [], NONE, NONE).argmax(-1)
         for i in range(steps):
-            logits = model.forward([], [2 * 128], token, torch.tensor([len(PROMPT) + i]))
+            # (0, 0): no prefix held apart, as the scheduler passes a row without one.
+            position = torch.tensor([len(PROMPT) + i])
+            logits = model.forward([], [2 * 128], token, position, prefixes=[(0, 0)])
             rows.append(logits)
             token = logits.argmax(-1)
     return torch.cat(rows)
@@ -90,4 +92,6 @@ def test_a_step_of_two_rows_or_with_a_prompt_takes_the_general_path(
         model.forward([Prefill(0, PROMPT), Prefill(128, PROMPT)], [], NONE, NONE)
         two = model.forward([], [0, 128], torch.tensor([5, 6]), torch.tensor([21, 21]))
         mixed = model.forward([Prefill(256, PROMPT)], [0], torch.tensor([7]), torch.tensor([22]))
-    assert two.shape[0] == 2 and mixed.shape[0] == 2
+        # A row attending a prefix held in region 0 (its own tokens from position 21 on, in region 3).
+        cascade = model.forward([], [3 * 128 - 21], torch.tensor([8]), torch.tensor([21]), prefixes=[(0, 21)])
+    assert two.shape[0] == 2 and mixed.shape[0] == 2 and cascade.shape[0] == 1
