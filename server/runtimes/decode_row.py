@@ -36,12 +36,16 @@ def one_row(
     eps: float,
     group_size: int,
     gate: str,
+    norm: Tensor,
+    head: Tensor,
+    head_scales: Tensor,
 ) -> Tensor:
     """x [1, width] through every layer: the row writes its key and value at arena token `token` of each
     layer's arena [kv, tokens, dim] and attends tokens [base, base + span). `sin` is the rotary sine with
     its first half negated (which folds the rotation's negation into the table, exactly). `group_size` > 0:
     every projection is int4 packed for the CPU in groups of it, with bfloat16 activations and no bias,
-    and its kernel is called directly; 0: `linear`."""
+    and its kernel is called directly; 0: `linear`. Returns the logits [1, V]: the final norm and the output
+    projection run in the same call (0.3 of a 14 ms step less than from Python, and the GIL stays free)."""
     width = x.shape[1]
     qk_width, half, group = (heads + kv) * dim, dim // 2, heads // kv
     direct = group_size > 0
@@ -84,7 +88,7 @@ def one_row(
             x = x + torch.ops.aten._weight_int4pack_mm_for_cpu(mixed, w[8], group_size, w[13])
         else:
             x = x + linear(mixed, w[8], w[13], w[9])
-    return x
+    return linear(F.rms_norm(x, [width], norm, eps), head, head_scales, None)
 
 
 def attend(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
@@ -94,7 +98,8 @@ def attend(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
     path)."""
     if q.is_cuda:
         return F.scaled_dot_product_attention(q, keys, values)
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, keys, values)[0]
+    out: Tensor = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, keys, values)[0]
+    return out
 
 
 def direct_group(weights: list[list[Tensor]], dtype: torch.dtype) -> int:

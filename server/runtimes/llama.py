@@ -165,13 +165,12 @@ class LlamaDecoder:
         if self._kv_layers[0] is not self.kv.k:
             self._kv_layers = (self.kv.k, list(self.kv.k.unbind(0)), list(self.kv.v.unbind(0)))
         computing()
-        x = scripted(one_row)(
+        logits: torch.Tensor = scripted(one_row)(
             embedded, self._cos[position : position + 1], self._sin_signed[position : position + 1],
             base + position, base, position + 1, self._kv_layers[1], self._kv_layers[2], self.weights,
             self.heads, self.kv_heads, self.head_dim, self.eps, self._direct_group, self.activation,
+            self.norm, *self.lm_head,
         )  # fmt: skip
-        h = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
-        logits: torch.Tensor = linear(h, self.lm_head[0], self.lm_head[1], None)
         return logits
 
 
