@@ -10,7 +10,7 @@ Python gRPC client beside it.
 
     make bench-llamacpp   # once: builds llama-cpp-python (about 10 minutes on 2 cores)
     .venv/bin/python -m bench.smollm2 [--dtype bfloat16|float32] [--quantization none|int8|int4|w8a8_int8]
-        [--repeats 3] [--tokens 128] [--quick]
+        [--repeats 3] [--tokens 128] [--quick] [--streams 1,8,32] [--no-llamacpp]
 
 With --quantization int4 Sluice keeps the file's Q4_1 blocks (docs/quantization.md), as llama.cpp does; the
 raw HF loop stays dense in --dtype.
@@ -90,7 +90,11 @@ def main() -> None:
     # llama.cpp alike, so that the ratios compare the engines and not the threads they were given.
     parser.add_argument("--threads", type=int, default=1, help="torch threads and llama.cpp threads")
     parser.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp server")
+    parser.add_argument(
+        "--streams", default=",".join(map(str, CONCURRENCY)), help="concurrent streams, comma-separated"
+    )
     args = parser.parse_args()
+    streams = tuple(int(b) for b in args.streams.split(","))
     repeats, tokens = (1, 32) if args.quick else (args.repeats, args.tokens)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -107,10 +111,10 @@ def main() -> None:
         f"tokens per stream after a {len(ids)}-token chat prompt; {repeats} repeat(s); "
         f"llama.cpp: {llamacpp or 'not installed (make bench-llamacpp)'}"
     )
-    for b in CONCURRENCY:  # transformers' first pass at a batch size is slow
+    for b in streams:  # transformers' first pass at a batch size is slow
         raw_decode(model, ids, b, 2)
     sides: dict[str, dict[int, list[Run]]] = {
-        side: {b: [] for b in CONCURRENCY}
+        side: {b: [] for b in streams}
         for side in ("raw HF loop", "sluice, h2load", "sluice, Python", "llama.cpp server")
     }
     flags = ["--models", NAME, "--dtype", args.dtype, "--torch-threads", str(args.threads)]
@@ -127,7 +131,7 @@ def main() -> None:
                 asyncio.run(cpp.completions(prompt, 1, 4, ends))
             for repeat in range(repeats):
                 print(f"  repeat {repeat + 1} of {repeats}", flush=True)
-                for b in CONCURRENCY:
+                for b in streams:
                     sides["raw HF loop"][b].append(raw_decode(model, ids, b, tokens))
                     h2 = h2load_run(server.target, b, tokens, Path(scratch), model=NAME, text=prompt)
                     if h2 is not None:
@@ -139,13 +143,13 @@ def main() -> None:
                         sides["llama.cpp server"][b].append(
                             asyncio.run(cpp.completions(prompt, b, tokens, ends))
                         )
-    report({side: runs for side, runs in sides.items() if runs[CONCURRENCY[0]]})
+    report({side: runs for side, runs in sides.items() if runs[streams[0]]}, streams)
 
 
-def report(sides: dict[str, dict[int, list[Run]]]) -> None:
+def report(sides: dict[str, dict[int, list[Run]]], streams: tuple[int, ...] = CONCURRENCY) -> None:
     print("\naggregate tokens/s, median [min-max] of repeats")
     print(f"{'streams':>7} " + " ".join(f"{side:>20}" for side in sides))
-    for b in CONCURRENCY:
+    for b in streams:
         print(
             f"{b:>7} "
             + " ".join(f"{spread([r.tokens_per_s for r in runs[b]]):>20}" for runs in sides.values())
@@ -156,7 +160,7 @@ def report(sides: dict[str, dict[int, list[Run]]]) -> None:
     for other in ("raw HF loop", "llama.cpp server"):
         if other not in sides:
             continue
-        for b in CONCURRENCY:
+        for b in streams:
             vs = [s.tokens_per_s / o.tokens_per_s for s, o in zip(sluice[b], sides[other][b], strict=True)]
             ratios[(other, b)] = statistics.median(vs)
             print(f"  sluice / {other} at {b:>2} streams: {spread(vs, digits=2)}")

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from server.kv.tensors import KvTensors
 from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
-from server.runtimes.decoder_graph import compiled
+from server.runtimes.decode_row import direct_group, one_row
+from server.runtimes.decoder_graph import compiled, scripted
 from server.runtimes.quantized import Quantized, RowTable, fuse, head_mode, linear, nbytes, prepare
 from server.runtimes.step_attention import Heads, StepAttention
 
@@ -75,9 +76,14 @@ class LlamaDecoder:
             for i in range(int(config.num_hidden_layers))
         ]
         self._inv_freq, self._rope_scale = _rope(config)
+        # A step of one decoding row takes decode_row.one_row (not with a sliding window: the general path's).
+        self._one_row = architecture.window_of(config) is None
+        self._direct_group = direct_group(self.weights, dtype)
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
-        self._cos = self._sin = torch.empty(0, device=device)
+        self._cos = self._sin = self._sin_signed = torch.empty(0, device=device)
+        # Each layer's keys and values as views (one_row's), made again where the arena is.
+        self._kv_layers: tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]] = (self._cos, [], [])
 
     def weights_bytes(self) -> int:
         """The resident bytes of the weights (packed ones as packed), for the start-up log and the bench."""
@@ -95,6 +101,8 @@ class LlamaDecoder:
         angles = torch.cat([freqs, freqs], dim=-1)
         self._cos = (angles.cos() * self._rope_scale).to(self.dtype)
         self._sin = (angles.sin() * self._rope_scale).to(self.dtype)
+        self._sin_signed = self._sin.clone()
+        self._sin_signed[:, : self._sin.shape[1] // 2] *= -1
         return self.kv.allocate(tokens)
 
     def forward(
@@ -112,6 +120,10 @@ class LlamaDecoder:
         prompt, then for every decoding row. `computing` runs where the scripted stack starts
         (GenerativeModel.forward); `prefixes`, per decoding row, a prefix it attends apart; `lora`, the
         step's adapters and their token rows (lora.segments)."""
+        # One row with no prefix held apart ((0, 0), as the scheduler passes every row without one).
+        held = bool(prefixes) and prefixes[0][1] > 0
+        if self._one_row and not prefills and len(bases) == 1 and not held and not lora[1]:
+            return self._row(bases[0], tokens, int(positions[0]), computing)
         device = self.device
         decoded = torch.as_tensor(bases, dtype=torch.long, device=device) + positions
         if prefills:
@@ -141,6 +153,24 @@ class LlamaDecoder:
         last = attention.last_rows()
         h = F.rms_norm(x[last], (x.shape[-1],), self.norm, self.eps)
         logits: torch.Tensor = linear(h, self.lm_head[0], self.lm_head[1], None)
+        return logits
+
+    def _row(
+        self, base: int, tokens: torch.Tensor, position: int, computing: Callable[[], None]
+    ) -> torch.Tensor:
+        """One decoding row's step (decode_row.py): the general path's logits, to the bit, with fewer ops."""
+        embedded = self.embed[tokens]
+        if self.embedding_scale is not None:
+            embedded = embedded * self.embedding_scale
+        if self._kv_layers[0] is not self.kv.k:
+            self._kv_layers = (self.kv.k, list(self.kv.k.unbind(0)), list(self.kv.v.unbind(0)))
+        computing()
+        logits: torch.Tensor = scripted(one_row)(
+            embedded, self._cos[position : position + 1], self._sin_signed[position : position + 1],
+            base + position, base, position + 1, self._kv_layers[1], self._kv_layers[2], self.weights,
+            self.heads, self.kv_heads, self.head_dim, self.eps, self._direct_group, self.activation,
+            self.norm, *self.lm_head,
+        )  # fmt: skip
         return logits
 
 
