@@ -110,7 +110,7 @@ def run(
     )  # fmt: skip
     memory = scheduler.memory
     if upfront:
-        memory.lookahead = UPFRONT
+        memory.lookahead = memory.short_lookahead = UPFRONT
     stop = asyncio.Event()
 
     async def tokens(seq: GenSequence) -> None:

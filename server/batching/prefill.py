@@ -71,17 +71,21 @@ def plan_prefill(
     decoding: bool,
     preempt: Callable[[GenSequence], None],
     going_in: Iterable[GenSequence] = (),
+    yielded: int | None = None,
 ) -> PrefillWork:
     """The step's prompt tokens, in rank order. `chunk` None: whole feeds, every joiner memory allows (a
     runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
     decode, a feed longer than `chunk` goes in `chunk` tokens per step, one such feed at a time (later
-    long ones take their region now and wait their turn), and shorter ones join whole; a step never takes
+    long ones take their region when their turn comes), and shorter ones join whole; a step never takes
     more than STEP_CHUNKS chunks of prompt tokens in all (with nothing decoding, that whole budget may go
     to one long feed). `going_in`: the running sequences whose feed is not yet all written (in a step in
-    flight or to come), which a joiner with the same prompt waits for where prefixes are shared."""
+    flight or to come), which a joiner with the same prompt waits for where prefixes are shared.
+    `yielded`: the highest priority a growing sequence preempted this step (None: none); no joiner of that
+    priority or lower takes the memory so freed, which would only be preempted back (vLLM admits no waiting
+    request in a step that preempted)."""
     work = PrefillWork()
     if chunk is None:
-        while joining and memory.admit(joining[0], preempt):
+        while joining and _may_join(joining[0], yielded) and memory.admit(joining[0], preempt):
             seq = joining.popleft()
             work.joined.append(seq)
             work.add(seq, len(seq.feed) - seq.planned)
@@ -99,9 +103,12 @@ def plan_prefill(
             continue  # it joins once that prompt is in, referencing it
         if seq.region is None:  # waiting to join
             short = len(seq.feed) <= chunk
-            if not admitting or (short and len(seq.feed) > left):
+            if not admitting or (short and len(seq.feed) > left) or not _may_join(seq, yielded):
                 admitting = False  # those behind it keep their turn
                 continue
+            if not long_ones and len(seq.feed) - memory.cached(seq) > chunk:
+                continue  # a long feed takes its region when its first chunk goes in, as vLLM allocates
+                # a chunk's slots when it is scheduled: memory held for it sooner would sit unwritten
             if not memory.admit(seq, preempt):
                 admitting = False
                 continue
@@ -113,8 +120,7 @@ def plan_prefill(
         elif long_ones:
             n, long_ones = min(per_long, left, size), long_ones - 1
         else:
-            continue  # it holds its region (memory, not the prefill rate, bounds what runs at once) and
-            # goes in a chunk per step once the long feed before it is in
+            continue  # it holds its region and goes in a chunk per step once the long feed before it is in
         work.add(seq, n)
         left -= n
     if joined:
@@ -122,6 +128,10 @@ def plan_prefill(
         joining.clear()
         joining.extend(kept)
     return work
+
+
+def _may_join(seq: GenSequence, yielded: int | None) -> bool:
+    return yielded is None or seq.priority > yielded
 
 
 def _follows(seq: GenSequence, pending: list[GenSequence], memory: KvMemory) -> bool:
