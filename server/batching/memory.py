@@ -1,14 +1,15 @@
 """KvMemory: the scheduler's KV arena with its prefix cache, and who gets memory when it is short.
 
 A joining sequence reserves its feed plus a look-ahead of LOOKAHEAD tokens (none where memory is short;
-never more than its prompt plus max_tokens), exact to the arena's alignment, after taking the longest cached prefix of its prompt
-(copied into its own region before the step: one copy instead of a prefill); a decoding sequence grows by
-as much when it reaches its region's end (vLLM's block-by-block growth). When no hole holds either,
-memory is found in this order: evict cached prefixes, least recently used first; compact the arena if its
-free tokens would do; preempt running sequences that admission ranks lowest, whose regions become cached
-prefixes and who rejoin to be recomputed from their prompt and the tokens already sent. A joiner preempts
-only sequences of lower priority; a growing sequence the lowest-ranked of all, itself included (vLLM's
-recompute preemption: the youngest of equals yields, so equals never take turns).
+never more than its prompt plus max_tokens), exact to the arena's alignment, after taking the longest
+cached prefix of its prompt (copied into its own region before the step: one copy instead of a prefill,
+or referenced in place); a decoding sequence grows by as much when it reaches its region's end (vLLM's
+block-by-block growth). When no hole holds either, memory is found in this order: evict cached prefixes,
+least recently used first; compact the arena if its free tokens would do; preempt running sequences
+that admission ranks lowest, whose regions become cached prefixes and who rejoin to be recomputed from
+their prompt and the tokens already sent. A joiner preempts only sequences of lower priority; a growing
+sequence the lowest-ranked of all, itself included (vLLM's recompute preemption: the youngest of equals
+yields, so equals never take turns).
 """
 
 from __future__ import annotations
