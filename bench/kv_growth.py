@@ -134,7 +134,8 @@ def _report(grown: list[Held], upfront: list[Held], budget: int, context: int, c
     print(
         f"  running at once, held as written against up-front reservation (max_tokens = the context's "
         f"remainder, each joiner holding {context:,}; sharing off): {spread(running, digits=1)} (peak "
-        f"{spread([float(h.peak) for h in grown])}, {spread([h.preemptions for h in grown])} preemptions) "
+        f"{spread([float(h.peak) for h in grown])}, {spread([h.preemptions for h in grown])} preemptions, "
+        f"{spread([h.compactions for h in grown])} compactions) "
         f"against {spread(before)} = {statistics.median(running) / statistics.median(before):.1f}x "
         f"(target >= 3x) [{cpu}]"
     )

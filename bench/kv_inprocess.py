@@ -46,6 +46,7 @@ class Held:
     outputs: dict[int, list[int]] = field(default_factory=dict)  # per spec, as far as it got before any stop
     finished: set[int] = field(default_factory=set)  # the specs that ended (EOS or the context) before it
     preemptions: float = 0.0
+    compactions: float = 0.0
 
     @property
     def peak(self) -> int:
@@ -145,9 +146,9 @@ def run(
             worker.shutdown()
 
     asyncio.run(main())
-    held.preemptions = metrics.registry.get_sample_value(
-        "sluice_preemptions_total", {"model": model.descriptor.name}
-    ) or 0.0  # fmt: skip
+    value, labels = metrics.registry.get_sample_value, {"model": model.descriptor.name}
+    held.preemptions = value("sluice_preemptions_total", labels) or 0.0
+    held.compactions = value("sluice_kv_compactions_total", labels) or 0.0
     return held
 
 

