@@ -76,7 +76,7 @@ def plan_prefill(
     """The step's prompt tokens, in rank order. `chunk` None: whole feeds, every joiner memory allows (a
     runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
     decode, a feed longer than `chunk` goes in `chunk` tokens per step, one such feed at a time (later
-    long ones take their region when their turn comes), and shorter ones join whole; a step never takes
+    long ones take their region now and wait their turn), and shorter ones join whole; a step never takes
     more than STEP_CHUNKS chunks of prompt tokens in all (with nothing decoding, that whole budget may go
     to one long feed). `going_in`: the running sequences whose feed is not yet all written (in a step in
     flight or to come), which a joiner with the same prompt waits for where prefixes are shared.
@@ -106,9 +106,6 @@ def plan_prefill(
             if not admitting or (short and len(seq.feed) > left) or not _may_join(seq, yielded):
                 admitting = False  # those behind it keep their turn
                 continue
-            if not long_ones and len(seq.feed) - memory.cached(seq) > chunk:
-                continue  # a long feed takes its region when its first chunk goes in, as vLLM allocates
-                # a chunk's slots when it is scheduled: memory held for it sooner would sit unwritten
             if not memory.admit(seq, preempt):
                 admitting = False
                 continue
@@ -120,7 +117,8 @@ def plan_prefill(
         elif long_ones:
             n, long_ones = min(per_long, left, size), long_ones - 1
         else:
-            continue  # it holds its region and goes in a chunk per step once the long feed before it is in
+            continue  # it holds its region (memory, not the prefill rate, bounds what runs at once) and
+            # goes in a chunk per step once the long feed before it is in
         work.add(seq, n)
         left -= n
     if joined:
