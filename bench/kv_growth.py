@@ -13,13 +13,16 @@ CONTEXTS contexts (2: up-front reservation runs 2 sequences, held as written doz
   none waiting) or WINDOW such steps have run, where the run stops: answers that never reach EOS would
   otherwise run on, a step each, to the context's 8,192 tokens);
 - what the tokens actually written would fit, at those steps: the budget over the running sequences' mean
-  written tokens (a shared prefix once), so the ratio is the budget's fraction holding written tokens
-  (target >= 0.9: the look-ahead, alignment and memory no waiting sequence fits in cost under 10%);
+  written tokens (a shared prefix once; a feed's chunks count once computed, not only once the whole
+  feed is in: their keys and values are in the cache), so the ratio is the budget's fraction holding
+  written tokens (target >= 0.9: the look-ahead, alignment and memory no waiting sequence fits in cost
+  under 10%);
 - up-front reservation as before issue 37 (max_tokens = the context's remainder reserved on joining, so
   each holds the context; sharing off): sequences running at once when the first answer ends, run in the
   same scheduler (target: held as written >= 3x);
-- where the budget went at the memory-bound steps: written tokens, regions of feeds still going in
-  (rejoiners being recomputed), look-ahead, and free or evictable (cached prefixes);
+- where the budget went at the memory-bound steps: written tokens (of them, chunks of feeds still going
+  in), the rest of the regions of feeds still going in (rejoiners being recomputed), look-ahead (and
+  alignment), and free or evictable (cached prefixes);
 - the answers finished by the stop, those longer than 128 tokens (the old default max_tokens), and the
   ones still writing at the stop.
 
@@ -131,12 +134,14 @@ def _report(grown: list[Held], upfront: list[Held], budget: int, context: int, c
     print(
         f"  running at once, held as written against up-front reservation (max_tokens = the context's "
         f"remainder, each joiner holding {context:,}; sharing off): {spread(running, digits=1)} (peak "
-        f"{spread([float(h.peak) for h in grown])}, {spread([h.preemptions for h in grown])} preemptions) "
+        f"{spread([float(h.peak) for h in grown])}, {spread([h.preemptions for h in grown])} preemptions, "
+        f"{spread([h.compactions for h in grown])} compactions) "
         f"against {spread(before)} = {statistics.median(running) / statistics.median(before):.1f}x "
         f"(target >= 3x) [{cpu}]"
     )
     parts = {
         "written": [h.at_bound(h.written, budget) for h in grown],
+        "of it feeds' chunks in": [h.at_bound(h.chunks_in, budget) for h in grown],
         "feeds going in": [h.at_bound(h.prefilling, budget) for h in grown],
         "look-ahead": [
             h.at_bound([a - w - p for a, w, p in zip(h.held, h.written, h.prefilling, strict=True)], budget)

@@ -38,13 +38,15 @@ class Held:
     held: list[int] = field(default_factory=list)  # KV tokens running sequences hold, per iteration
     written: list[int] = field(default_factory=list)  # of them, written (a shared prefix once), per iteration
     # Of the held tokens not written, per iteration: in regions of sequences whose feed is not all in yet
-    # (joining, or rejoining after a preemption to be recomputed).
+    # (joining, or rejoining after a preemption to be recomputed), beyond the chunks already computed.
     prefilling: list[int] = field(default_factory=list)
+    chunks_in: list[int] = field(default_factory=list)  # of `written`, chunks of feeds not all in yet
     lengths: list[int] = field(default_factory=list)  # each finished sequence's prompt + output tokens
     at_first_finish: int = 0  # sequences holding memory when the first one finished (itself included)
     outputs: dict[int, list[int]] = field(default_factory=dict)  # per spec, as far as it got before any stop
     finished: set[int] = field(default_factory=set)  # the specs that ended (EOS or the context) before it
     preemptions: float = 0.0
+    compactions: float = 0.0
 
     @property
     def peak(self) -> int:
@@ -110,7 +112,7 @@ def run(
     )  # fmt: skip
     memory = scheduler.memory
     if upfront:
-        memory.lookahead = UPFRONT
+        memory.lookahead = memory.short_lookahead = UPFRONT
     stop = asyncio.Event()
 
     async def tokens(seq: GenSequence) -> None:
@@ -144,9 +146,9 @@ def run(
             worker.shutdown()
 
     asyncio.run(main())
-    held.preemptions = metrics.registry.get_sample_value(
-        "sluice_preemptions_total", {"model": model.descriptor.name}
-    ) or 0.0  # fmt: skip
+    value, labels = metrics.registry.get_sample_value, {"model": model.descriptor.name}
+    held.preemptions = value("sluice_preemptions_total", labels) or 0.0
+    held.compactions = value("sluice_kv_compactions_total", labels) or 0.0
     return held
 
 
@@ -169,9 +171,13 @@ def _watch(
         held.waiting.append(len(scheduler.joining) if bound[0] else 0)
         held.held.append(kv.held)
         shared = {id(s.shared): s.shared for s in scheduler.active if s.shared is not None}
-        held.written.append(kv.written + sum(region.written for region in shared.values()))
-        going_in = [s.region for s in scheduler.active if s.prefilled < len(s.feed) and s.region is not None]
-        held.prefilling.append(sum(region.size - region.written for region in going_in))
+        going_in = [(s, s.region) for s in scheduler.active if s.prefilled < len(s.feed) and s.region]
+        # A feed's chunks already in hold keys and values: written, though the region says so only once
+        # the whole feed is in (KvMemory.prefilled registers its blocks then).
+        chunks = sum(max(s.prefilled - s.shared_tokens - r.written, 0) for s, r in going_in)
+        held.chunks_in.append(chunks)
+        held.written.append(kv.written + sum(region.written for region in shared.values()) + chunks)
+        held.prefilling.append(sum(r.size - r.written for _, r in going_in) - chunks)
         steps[0] += bool(held.waiting[-1])
         quiet = held.waiting[-after_bound:]
         if after_bound and bound[0] and len(quiet) == after_bound and not any(quiet):

@@ -192,7 +192,7 @@ class ContinuousScheduler:
             self.active, inflight, now, context_length=self.limits.context_length,
             stall_timeout_s=self.stall_timeout_s, stalled=self.gauges.stalled,
         )  # fmt: skip
-        running, rows = grown(running, rows, inflight, self.memory, self._preempt)
+        running, rows, yielded = grown(running, rows, inflight, self.memory, self._preempt)
         prefilling = [s for s in self.active if s.planned < len(s.feed)]
         if len(self.joining) > 1:
             self.joining = deque(sorted(self.joining, key=lambda s: s.rank, reverse=True))
@@ -204,6 +204,7 @@ class ContinuousScheduler:
         work = plan_prefill(
             prefilling, self.joining, self.memory, self.prefill_chunk, decoding=decoding,
             preempt=self._preempt, going_in=[s for s in self.active if s.prefilled < len(s.feed)],
+            yielded=yielded,
         )  # fmt: skip
         kept = [(s, row) for s, row in zip(running, rows, strict=True) if s.region is not None]
         running, rows = [s for s, _ in kept], [row for _, row in kept]  # less any just preempted

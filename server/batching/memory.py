@@ -1,14 +1,15 @@
 """KvMemory: the scheduler's KV arena with its prefix cache, and who gets memory when it is short.
 
-A joining sequence reserves its feed plus a look-ahead of LOOKAHEAD tokens (never more than its prompt
-plus max_tokens), exact to the arena's alignment, after taking the longest cached prefix of its prompt
-(copied into its own region before the step: one copy instead of a prefill); a decoding sequence grows by
-as much when it reaches its region's end (vLLM's block-by-block growth). When no hole holds either,
-memory is found in this order: evict cached prefixes, least recently used first; compact the arena if its
-free tokens would do; preempt running sequences that admission ranks lowest, whose regions become cached
-prefixes and who rejoin to be recomputed from their prompt and the tokens already sent. A joiner preempts
-only sequences of lower priority; a growing sequence the lowest-ranked of all, itself included (vLLM's
-recompute preemption: the youngest of equals yields, so equals never take turns).
+A joining sequence reserves its feed plus a look-ahead of LOOKAHEAD tokens (none where memory is short;
+never more than its prompt plus max_tokens), exact to the arena's alignment, after taking the longest
+cached prefix of its prompt (copied into its own region before the step: one copy instead of a prefill,
+or referenced in place); a decoding sequence grows by as much when it reaches its region's end (vLLM's
+block-by-block growth). When no hole holds either, memory is found in this order: evict cached prefixes,
+least recently used first; compact the arena if its free tokens would do; preempt running sequences
+that admission ranks lowest, whose regions become cached prefixes and who rejoin to be recomputed from
+their prompt and the tokens already sent. A joiner preempts only sequences of lower priority; a growing
+sequence the lowest-ranked of all, itself included (vLLM's recompute preemption: the youngest of equals
+yields, so equals never take turns).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ MAX_CACHED = 4096
 #: chat turn), and large enough that growing (an in-place extension, or a move of the whole region) is
 #: planned once every 32 steps.
 LOOKAHEAD = 32
+#: The look-ahead where the arena (free and evictable) lacks LOOKAHEAD tokens for every holder: none, as
+#: vLLM's allocate_slots gives a decoding request the slot it writes and no more (its region still ends on
+#: the arena's alignment). What sequences hold unwritten is then what keeps others waiting.
+SHORT_LOOKAHEAD = 0
 
 
 # A prefix shorter than this is copied into the sequence's region rather than referenced: its memory is
@@ -50,9 +55,9 @@ class KvMemory:
         self.prefix = PrefixCache(enabled=prefix_cache, events=events)
         # A hit is attended where it lies (the runtime reads a prefix apart: StepAttention), not copied.
         self.sharing, self.min_shared = sharing and prefix_cache, min_shared
-        # Tokens held beyond those written; a benchmark sets it past max_tokens to measure the up-front
-        # reservation that came before growth (every sequence held its prompt and max_tokens at once).
-        self.lookahead = LOOKAHEAD
+        # Tokens held beyond those written, and where memory is short; a benchmark sets both past max_tokens
+        # to measure the up-front reservation that came before growth (each held its prompt and max_tokens).
+        self.lookahead, self.short_lookahead = LOOKAHEAD, SHORT_LOOKAHEAD
         self.moves: list[tuple[int, int, int]] = []  # for the model before the next step, in order
         self.compactions: list[tuple[int, int]] = []  # [start, end) of the moves each compaction made
         self._holders: dict[int, GenSequence] = {}  # id(region) -> its running sequence
@@ -102,7 +107,7 @@ class KvMemory:
     def admit(self, seq: GenSequence, preempt: Callable[[GenSequence], None]) -> bool:
         """Gives the sequence a region (and whatever cached prefix it has); False: not now."""
         hit = self.prefix.match(seq.feed, seq.extras.salt, seq.blocks)
-        need = min(len(seq.feed) + self.lookahead, self.limit(seq))
+        need = min(len(seq.feed) + self._ahead(), self.limit(seq))
         shared = hit.tokens if hit is not None and self.sharing and hit.tokens >= self.min_shared else 0
         keep = {id(hit.region)} if hit is not None else set()
         region = self._reserve(need - shared, seq, keep, preempt)
@@ -169,13 +174,13 @@ class KvMemory:
                 return False
 
     def _ahead(self) -> int:
-        """The look-ahead a growing region is given now: LOOKAHEAD while the arena (free and evictable) has
-        that much for every holder and one more, else a token (one aligned block): where memory is short, what
-        sequences hold unwritten is what keeps others waiting (SmolLM2 chats in a budget they overfill:
-        0.82 of what the written tokens would fit with 32 tokens ahead each), and growth is then planned
-        every 16 steps instead of 32."""
+        """The look-ahead a joining or growing region is given now: LOOKAHEAD while the arena (free and
+        evictable) has that much for every holder and one more, else SHORT_LOOKAHEAD: where memory is short,
+        what sequences hold unwritten is what keeps others waiting (SmolLM2 chats in a budget they overfill:
+        0.82 of what the written tokens would fit with 32 tokens ahead each, 0.89 with one block on growing
+        alone), and growth is then planned every 16 steps instead of 32."""
         room = self.arena.capacity - self.arena.reserved()
-        return self.lookahead if room >= self.lookahead * (len(self._holders) + 1) else 1
+        return self.lookahead if room >= self.lookahead * (len(self._holders) + 1) else self.short_lookahead
 
     def prefilled(self, seq: GenSequence) -> None:
         """Its feed is in: the prompt's blocks may serve later requests."""

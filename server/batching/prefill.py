@@ -71,6 +71,7 @@ def plan_prefill(
     decoding: bool,
     preempt: Callable[[GenSequence], None],
     going_in: Iterable[GenSequence] = (),
+    yielded: int | None = None,
 ) -> PrefillWork:
     """The step's prompt tokens, in rank order. `chunk` None: whole feeds, every joiner memory allows (a
     runtime that cannot prefill from mid-prompt). Otherwise, as vLLM's chunked prefill: while streams
@@ -78,10 +79,13 @@ def plan_prefill(
     long ones take their region now and wait their turn), and shorter ones join whole; a step never takes
     more than STEP_CHUNKS chunks of prompt tokens in all (with nothing decoding, that whole budget may go
     to one long feed). `going_in`: the running sequences whose feed is not yet all written (in a step in
-    flight or to come), which a joiner with the same prompt waits for where prefixes are shared."""
+    flight or to come), which a joiner with the same prompt waits for where prefixes are shared.
+    `yielded`: the highest priority a growing sequence preempted this step (None: none); no joiner of that
+    priority or lower takes the memory so freed, which would only be preempted back (vLLM admits no waiting
+    request in a step that preempted)."""
     work = PrefillWork()
     if chunk is None:
-        while joining and memory.admit(joining[0], preempt):
+        while joining and _may_join(joining[0], yielded) and memory.admit(joining[0], preempt):
             seq = joining.popleft()
             work.joined.append(seq)
             work.add(seq, len(seq.feed) - seq.planned)
@@ -99,7 +103,7 @@ def plan_prefill(
             continue  # it joins once that prompt is in, referencing it
         if seq.region is None:  # waiting to join
             short = len(seq.feed) <= chunk
-            if not admitting or (short and len(seq.feed) > left):
+            if not admitting or (short and len(seq.feed) > left) or not _may_join(seq, yielded):
                 admitting = False  # those behind it keep their turn
                 continue
             if not memory.admit(seq, preempt):
@@ -122,6 +126,10 @@ def plan_prefill(
         joining.clear()
         joining.extend(kept)
     return work
+
+
+def _may_join(seq: GenSequence, yielded: int | None) -> bool:
+    return yielded is None or seq.priority > yielded
 
 
 def _follows(seq: GenSequence, pending: list[GenSequence], memory: KvMemory) -> bool:

@@ -66,18 +66,25 @@ def grown(
     inflight: Inflight | None,
     memory: KvMemory,
     preempt: Callable[[GenSequence], None],
-) -> tuple[list[GenSequence], list[int]]:
+) -> tuple[list[GenSequence], list[int], int | None]:
     """The chosen sequences whose region holds the token the next step writes, after growing them highest
-    ranked first; the others were preempted (lowest ranked) or wait a step, in the order given."""
+    ranked first; the others were preempted (lowest ranked) or wait a step, in the order given. Last, the
+    highest priority preempted (None: none), whose peers do not join this step (plan_prefill)."""
     waiting: set[int] = set()
+    yielded: list[int] = []
+
+    def yields(victim: GenSequence) -> None:
+        yielded.append(int(victim.priority))
+        preempt(victim)
+
     for index in sorted(range(len(running)), key=lambda i: running[i].rank, reverse=True):
         seq = running[index]
         at = next_position(inflight, seq, rows[index])
-        if seq.region is not None and not memory.grow(seq, at, preempt):
+        if seq.region is not None and not memory.grow(seq, at, yields):
             waiting.add(id(seq))  # preempted (its region is gone) or waiting for its chunk in flight
     kept = [
         (seq, row)
         for seq, row in zip(running, rows, strict=True)
         if seq.region is not None and id(seq) not in waiting
     ]
-    return [seq for seq, _ in kept], [row for _, row in kept]
+    return [seq for seq, _ in kept], [row for _, row in kept], max(yielded, default=None)

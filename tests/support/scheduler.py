@@ -1,5 +1,6 @@
-"""The continuous scheduler over the real byte LM, in-process, for unit tests of KV memory: one model, one
-worker and one scheduler per run, the test's body awaited under a deadline, then everything shut down."""
+"""The continuous scheduler over the real byte LM (or a model the test loaded), in-process, for unit tests of
+KV memory: one worker and one scheduler per run, the test's body awaited under a deadline, then everything
+shut down."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from server.batching.sequence import GenSequence
 from server.batching.worker import ModelWorker
 from server.domain import GenerateSpec
 from server.metrics import Metrics
+from server.runtimes.base import GenerativeModel
 from server.runtimes.byte_lm import ByteLm
 from wire.sampling import Sampling
 
@@ -25,13 +27,16 @@ def run_scheduler(
     context: int,
     max_sequences: int,
     timeout_s: float,
+    model: GenerativeModel | None = None,
     **options: object,
 ) -> Metrics:
-    """Runs `body` against a scheduler of `kv_tokens` over a tiny byte LM; `options` are the scheduler's
-    (prefill_chunk_tokens, prefix_sharing, stall_timeout_s, ...). Returns the scheduler's metrics."""
-    model = ByteLm(
-        size="tiny", context_length=context, max_sequences=max_sequences, device=torch.device("cpu")
-    )
+    """Runs `body` against a scheduler of `kv_tokens` over `model` (None: a tiny byte LM; a model is given a
+    fresh cache of `kv_tokens`); `options` are the scheduler's (prefill_chunk_tokens, prefix_sharing,
+    stall_timeout_s, ...). Returns the scheduler's metrics."""
+    if model is None:
+        model = ByteLm(
+            size="tiny", context_length=context, max_sequences=max_sequences, device=torch.device("cpu")
+        )
     worker = ModelWorker("test")
     worker.call(model.allocate_cache, kv_tokens)
     metrics = Metrics()

@@ -72,7 +72,10 @@ def test_a_compaction_is_counted_and_its_copies_timed_and_the_moved_streams_go_o
     outputs: dict[str, list[int]] = {}
 
     async def body(scheduler: ContinuousScheduler) -> None:
-        # 40 tokens: 4 + 40 fit the first reservation (48), so no region grows here.
+        # 40 tokens: 4 + 40 fit the first reservation (48), so no region grows here. The look-ahead is
+        # kept where memory is short too (the fourth joins with 112 free: 32 short of 32 for each), so
+        # that the layout below is exact.
+        scheduler.memory.short_lookahead = scheduler.memory.lookahead
         a, b, c, d = (submit(scheduler, p, 40) for p in ("aaaa", "bbbb", "cccc", "dddd"))
         await until(lambda: all(s.generated >= 2 for s in (a, b, c, d)))
         # Within one turn of the loop: A and C leave at the next step boundary, two holes of 48 tokens at

@@ -140,7 +140,7 @@ def test_growth_under_memory_pressure_preempts_and_every_output_is_as_alone() ->
 
 def test_where_memory_is_short_a_region_grows_by_one_block() -> None:
     # Room for LOOKAHEAD more tokens per holder: a region grows by the look-ahead. Short of that (others
-    # will wait for what it holds unwritten), by one aligned block only.
+    # will wait for what it holds unwritten), to the position it writes, to the arena's alignment.
     roomy = KvMemory(64 * ALIGN, prefix_cache=False, metrics=Metrics(), model="m")
     first = decoding(roomy, sequence(40, 500))
     assert first.region is not None
@@ -152,3 +152,8 @@ def test_where_memory_is_short_a_region_grows_by_one_block() -> None:
     assert one.region is not None and two.region is not None
     assert tight.grow(two, two.region.size, lambda victim: None)  # 16 tokens free: in place, one block
     assert two.region.size == 80 + ALIGN and tight.arena.free_tokens() == 0
+    three = sequence(40, 500, start=900)  # 40 of 56 left: a joiner then reserves its feed alone
+    shorter = KvMemory(2 * 80 + 48, prefix_cache=False, metrics=Metrics(), model="m")
+    decoding(shorter, sequence(40, 500)), decoding(shorter, sequence(40, 500, start=500))
+    assert decoding(shorter, three).region is not None and three.region.size == aligned(40)
+    assert shorter.arena.free_tokens() == 0  # with 32 ahead (80 tokens) it would have waited

@@ -11,7 +11,7 @@ from server.batching.prefill import STEP_CHUNKS, plan_prefill
 from server.batching.sequence import GenSequence
 from server.batching.stream import TokenStream
 from server.batching.text import TextAssembler
-from server.domain import SamplingParams
+from server.domain import Priority, SamplingParams
 from server.metrics import Metrics
 
 
@@ -89,3 +89,19 @@ def test_joiners_that_waited_for_one_prompt_join_together_once_it_is_in() -> Non
     work = plan([], queue, pool, 32, decoding=True, going_in=first)
     assert len(work.joined) == 7 and not queue
     assert [(p.start, len(p.token_ids)) for p in work.prefills()] == [(32, 11)] * 7
+
+
+def test_no_joiner_takes_memory_a_growing_peer_was_just_preempted_for() -> None:
+    # Issue 37: where a growing sequence preempted one of priority NORMAL this step, a NORMAL joiner
+    # would take the memory so freed and be preempted back by the next growth (the churn vLLM avoids
+    # by admitting nothing in a step that preempted); a HIGH one still joins, and both do a step later.
+    pool = memory(8, 4096)
+    normal, high = waiting(5), waiting(7)
+    high[0].priority = Priority.HIGH
+    queue = deque([*high, *normal])
+    work = plan([], queue, pool, 32, decoding=True, yielded=int(Priority.NORMAL))
+    assert work.joined == list(high) and list(queue) == list(normal)
+    work = plan([], queue, pool, 32, decoding=True)
+    assert work.joined == list(normal) and not queue
+    queue = waiting(5)
+    assert not plan([], queue, pool, None, decoding=True, yielded=int(Priority.NORMAL)).joined
