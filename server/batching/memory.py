@@ -28,20 +28,15 @@ from server.metrics import Metrics
 #: (4 bytes a token) and makes first-fit and eviction scan further.
 MAX_CACHED = 4096
 
-#: Tokens a sequence holds beyond those it has written: it grows by this much at a time. Small, since a
-#: sequence holds on average half of it unused (with the alignment, 24 tokens: under 10% of a 300-token
-#: chat turn), and large enough that growing (an in-place extension, or a move of the whole region) is
-#: planned once every 32 steps.
+#: Tokens a sequence holds beyond those it has written, grown by at a time: small (half unused on average;
+#: with the alignment 24 tokens, under 10% of a 300-token chat turn), and a growth planned every 32 steps.
 LOOKAHEAD = 32
 #: The look-ahead where the arena (free and evictable) lacks LOOKAHEAD tokens for every holder: none, as
-#: vLLM's allocate_slots gives a decoding request the slot it writes and no more (its region still ends on
-#: the arena's alignment). What sequences hold unwritten is then what keeps others waiting.
+#: vLLM's allocate_slots gives a decoding request the slot it writes (its region ends on the alignment).
 SHORT_LOOKAHEAD = 0
 
-
-# A prefix shorter than this is copied into the sequence's region rather than referenced: its memory is
-# small, and attending it apart (cascade attention, in float32) costs more than it saves (SmolLM2, 32 streams
-# sharing a 43-token chat prompt: 264 tokens/s referenced, the step then ~99 ms against 72 ms copied).
+# A shorter prefix is copied, not referenced: attending it apart (cascade attention, float32) costs more than
+# its memory saves (SmolLM2, 32 streams on a 43-token chat prompt: a step ~99 ms referenced, 72 ms copied).
 # vLLM applies cascade attention from a 256-token common prefix on.
 MIN_SHARED = 256
 
