@@ -21,8 +21,8 @@ ROOT = repository_root()
 
 __all__ = [
     "ROOT",
-    "Process",
     "SHARED_MODELS",
+    "Process",
     "ServerProcess",
     "ShimProcess",
     "spawn",
