@@ -8,7 +8,14 @@ import grpc
 import pytest
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
-from tests.support.processes import FRONTENDS, ServerProcess, ShimProcess, start_server, start_shim
+from tests.support.processes import (
+    FRONTENDS,
+    SHARED_MODELS,
+    ServerProcess,
+    ShimProcess,
+    start_server,
+    start_shim,
+)
 
 # Under `make test` (CI=true) a skip for a missing tool fails the run, naming it; a CUDA-marked test may skip.
 # --serial-list: the serial pass's tests, written by the parallel pass (tests/support/serial_list.py).
@@ -22,7 +29,8 @@ def server() -> Iterator[ServerProcess]:
     # front-end re-run (SLUICE_TEST_FRONTENDS) holds none of them, and the server refuses shared memory behind
     # front ends (they do not forward the caller's address, which decides who may use it).
     shm = () if FRONTENDS not in (None, "1") else ("--kserve-shm", "true")
-    proc = start_server("--max-queue", "256", "--stall-timeout-s", "5", *shm)
+    models = ("--models", ",".join(SHARED_MODELS))
+    proc = start_server(*models, "--max-queue", "256", "--stall-timeout-s", "5", *shm)
     yield proc
     assert proc.terminate() == 0, proc.diagnostics()
 

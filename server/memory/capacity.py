@@ -119,6 +119,14 @@ class _OutputBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         super().__init__()  # type: ignore[no-untyped-call]
         self.total = 0
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # True (torch's default) wraps __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo: 1.6 CPU-s of every start that serves a tensor model, for a mode nothing compiles
+        # under (a model compiled with torch.compile runs as compiled; Dynamo may trace into this method,
+        # which torch documents as the flag's other setting).
+        return False
+
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:

@@ -13,9 +13,8 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import grpc
 import httpx
 import pytest
@@ -24,10 +23,14 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from bench.prometheus import parse, total
 from shim.anthropic.response_models import AnthropicMessage
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
 
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+# The SDK is imported where it is used, not at collection (tests/support/packages.py).
+require("anthropic", "transformers", "gguf")
+
+if TYPE_CHECKING:
+    import anthropic
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0}  # SDK 2.x has no temperature argument of its own: the API still takes it
@@ -53,6 +56,8 @@ _OPENED: list[anthropic.Anthropic] = []
 
 
 def client(shim: ShimProcess, **options: Any) -> anthropic.Anthropic:
+    import anthropic
+
     settings: dict[str, Any] = {"api_key": "unused", "max_retries": 0, **options}
     sdk = anthropic.Anthropic(base_url=shim.url, **settings)
     _OPENED.append(sdk)
@@ -199,6 +204,8 @@ def test_count_tokens_is_the_prompt_a_message_is_given(stack: tuple[ServerProces
 def test_what_cannot_be_honoured_is_a_400_in_anthropics_shape(
     stack: tuple[ServerProcess, ShimProcess], extra: dict[str, Any], named: str
 ) -> None:
+    import anthropic
+
     _, shim = stack
     arguments: dict[str, Any] = {
         "model": "byte-lm",
@@ -213,6 +220,8 @@ def test_what_cannot_be_honoured_is_a_400_in_anthropics_shape(
 
 
 def test_an_unknown_model_is_not_found_in_anthropics_shape(stack: tuple[ServerProcess, ShimProcess]) -> None:
+    import anthropic
+
     _, shim = stack
     with pytest.raises(anthropic.NotFoundError) as info:
         client(shim).messages.create(model="nope", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
@@ -222,6 +231,8 @@ def test_an_unknown_model_is_not_found_in_anthropics_shape(stack: tuple[ServerPr
 
 
 def test_anthropics_models_list_beside_openais(stack: tuple[ServerProcess, ShimProcess]) -> None:
+    import anthropic
+
     _, shim = stack
     listed = client(shim).models.list()
     assert {m.id for m in listed.data} == {"byte-lm", "smollm2"} and not listed.has_more
@@ -271,6 +282,8 @@ def full_stack(keys: Path) -> Iterator[tuple[ServerProcess, ShimProcess]]:
 
 
 def test_x_api_key_is_the_token(full_stack: tuple[ServerProcess, ShimProcess]) -> None:
+    import anthropic
+
     _, shim = full_stack
     hello: Any = [{"role": "user", "content": "hi"}]
     answer = client(shim, api_key=TOKEN).messages.create(model="byte-lm", max_tokens=2, messages=hello)
@@ -294,6 +307,8 @@ def test_x_api_key_is_the_token(full_stack: tuple[ServerProcess, ShimProcess]) -
 def test_an_overloaded_server_is_529_after_the_sdk_waited_as_told(
     full_stack: tuple[ServerProcess, ShimProcess],
 ) -> None:
+    import anthropic
+
     server, shim = full_stack
     with grpc.insecure_channel(server.target) as channel:
         holder = pb_grpc.InferenceServiceStub(channel).Generate(

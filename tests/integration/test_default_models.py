@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from server.runtimes.smollm2 import smollm2_gguf
+from tests.support.packages import require
 from tests.support.processes import ROOT, Process
 from tests.support.readme import readme_block
 
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+require("transformers", "gguf")
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
 

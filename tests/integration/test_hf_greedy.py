@@ -14,9 +14,10 @@ import pytest
 from clients import SluiceClient
 from clients.errors import InvalidArgumentError
 from tests.support.hf_models import greedy_reference, save
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, start_server
 
-pytest.importorskip("transformers")
+require("transformers")
 
 KINDS = ("llama", "mistral", "qwen2", "gpt2")
 # Prompts of different lengths (several longer than the 8-token prefill budget, so they are chunked) and

@@ -16,9 +16,10 @@ import pytest
 
 from clients import SluiceClient
 from tests.support.hf_models import greedy_reference, save
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, start_server, wait_until
 
-pytest.importorskip("transformers")
+require("transformers")
 
 KINDS = ("llama", "mistral", "qwen2", "gpt2")
 SHARED = "You are a careful assistant. Answer briefly. "  # 45 bytes: two cache blocks and a bit

@@ -19,9 +19,10 @@ from clients import SluiceClient
 from clients.errors import NotFoundError
 from tests.support.hf_models import save
 from tests.support.lora_adapters import SHAPES, base_model, merged_greedy, save_adapter
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, start_server
 
-pytest.importorskip("peft")
+require("peft")
 
 PROMPTS = ["hello there, general", "The quick brown fox jumps over"]
 TOKENS = 24

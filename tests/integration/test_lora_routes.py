@@ -19,9 +19,10 @@ from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 from clients import SluiceClient
 from tests.support.hf_models import save
 from tests.support.lora_adapters import SHAPES, base_model, save_adapter
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
-pytest.importorskip("peft")
+require("peft")
 
 PROMPT = "hello there, general"
 

@@ -15,10 +15,11 @@ import pytest
 from clients import SluiceClient
 from server.runtimes.smollm2 import smollm2_gguf
 from tests.support.lora_adapters import SHAPES, merged_greedy, save_adapter
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, start_server
+from tests.support.smollm2_reference import smollm2_reference
 
-pytest.importorskip("peft")
-pytest.importorskip("gguf")
+require("peft", "gguf")
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 TOKENS = 16
@@ -26,13 +27,7 @@ TOKENS = 16
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, dict[str, Path]]:
-    import torch
-    import transformers
-
-    path = smollm2_gguf()
-    source: dict[str, Any] = {"pretrained_model_name_or_path": path.parent, "gguf_file": path.name}
-    tokenizer = transformers.AutoTokenizer.from_pretrained(**source)
-    model = transformers.AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32).eval()
+    tokenizer, model = smollm2_reference(tmp_path_factory)  # built once per run, shared with test_smollm2
     root = tmp_path_factory.mktemp("smollm2-lora")
     # Small weights: an adapter that moves the output a little, as a fine-tune does, keeps the text sane.
     adapters = {

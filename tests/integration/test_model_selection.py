@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from clients import SluiceClient
+from tests.support.packages import require
 from tests.support.processes import ROOT, Process, ServerProcess
 
-pytest.importorskip("transformers")
+require("transformers")
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
 CLI = ["-c", "import sys; from launcher.cli import main; sys.exit(main())"]

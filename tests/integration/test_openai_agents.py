@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
-agents = pytest.importorskip("agents")
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+# The SDK is imported where it is used, not at collection (tests/support/packages.py).
+require("agents", "transformers", "gguf")
 
-from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled  # noqa: E402
-from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
+if TYPE_CHECKING:
+    from agents import Agent
+    from openai import AsyncOpenAI
 
 QUESTION = "What's the weather in Paris?"
 
@@ -27,6 +28,8 @@ QUESTION = "What's the weather in Paris?"
 @pytest.fixture(scope="module")
 def shim() -> Iterator[ShimProcess]:
     server: ServerProcess = start_server("--models", "smollm2")
+    from agents import set_tracing_disabled
+
     shim = start_shim(server.target)
     set_tracing_disabled(True)  # nothing is exported to OpenAI's trace endpoint (none is reachable)
     yield shim
@@ -36,6 +39,10 @@ def shim() -> Iterator[ShimProcess]:
 
 
 def weather_agent(url: str, asked: list[str]) -> tuple[Agent[None], AsyncOpenAI]:
+    from agents import Agent, ModelSettings, function_tool
+    from agents.models.openai_responses import OpenAIResponsesModel
+    from openai import AsyncOpenAI
+
     @function_tool
     def get_weather(city: str) -> str:
         """The current weather in a city."""
@@ -59,6 +66,8 @@ def test_an_agent_calls_its_function_tool_and_answers_from_it(shim: ShimProcess)
     agent, client = weather_agent(shim.url, asked)
 
     async def run() -> str:
+        from agents import Runner
+
         try:
             result = await Runner.run(agent, QUESTION, max_turns=4)
             return str(result.final_output)
@@ -75,6 +84,8 @@ def test_a_streamed_agent_run_calls_the_tool_too(shim: ShimProcess) -> None:
     agent, client = weather_agent(shim.url, asked)
 
     async def run() -> tuple[str, list[str]]:
+        from agents import Runner
+
         try:
             streamed = Runner.run_streamed(agent, QUESTION, max_turns=4)
             kinds = [

@@ -17,10 +17,10 @@ import pytest
 from pydantic import BaseModel
 
 from shim.openai_responses.response_models import ResponseObject
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim, wait_until
 
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+require("transformers", "gguf")
 
 QUESTION = "What is the capital of France?"
 STORY = "Write a long story about a dragon."

@@ -15,11 +15,12 @@ import pytest
 
 from clients import SluiceClient
 from server.runtimes.smollm2 import smollm2_gguf
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, start_server, wait_until
+from tests.support.smollm2_reference import smollm2_reference
 from tests.support.threads import one_thread
 
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+require("transformers", "gguf")
 
 PROMPTS = [("The capital of France is", 32), ("def fibonacci(n):", 40), ("Once upon a time, in a small", 32)]
 SHARED = "You are a helpful assistant who answers every question about geography in one short sentence. "
@@ -42,17 +43,10 @@ class Reference:
         self.dtype, self.tokenizer, self.model = dtype, tokenizer, model
 
     @classmethod
-    def load(cls) -> Reference:
-        """The file loaded by transformers itself, in float32."""
-        import torch
-        import transformers
-
-        path = smollm2_gguf()
-        source: dict[str, Any] = {"pretrained_model_name_or_path": path.parent, "gguf_file": path.name}
-        with one_thread():
-            tokenizer = transformers.AutoTokenizer.from_pretrained(**source)
-            model = transformers.AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32)
-        return cls("float32", tokenizer, model.eval())
+    def load(cls, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+        """The file loaded by transformers itself, in float32 (built once per run: smollm2_reference)."""
+        tokenizer, model = smollm2_reference(tmp_path_factory)
+        return cls("float32", tokenizer, model)
 
     def cast(self, dtype: str) -> Reference:
         """The model from_pretrained(dtype=...) gives, without dequantizing the file a second time (~15 s of
@@ -98,9 +92,9 @@ class Reference:
 
 
 @pytest.fixture(scope="module")
-def float32_reference() -> Reference:
+def float32_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     """Loaded once for the module; each dtype's reference is made from it (Reference.cast)."""
-    return Reference.load()
+    return Reference.load(tmp_path_factory)
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])

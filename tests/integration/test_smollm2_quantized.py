@@ -15,9 +15,10 @@ import torch
 from server.runtimes.base import Prefill
 from server.runtimes.llama import LlamaDecoder
 from server.runtimes.smollm2 import smollm2_gguf
+from tests.support.packages import require
 
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+require("gguf")
 TEXT = Path(__file__).parents[2] / "bench" / "data" / "pride_and_prejudice_ch1_2.txt"
 TOKENS = 96
 

@@ -16,10 +16,10 @@ from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from server.runtimes.smollm2 import smollm2_gguf
+from tests.support.packages import require
 from tests.support.processes import ServerProcess, ShimProcess, start_server, start_shim
 
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+require("transformers", "gguf")
 
 PROMPT = "The capital of France is Paris. Ünïcödé and emoji 🚀 too."
 MESSAGES = [

@@ -21,6 +21,7 @@ ROOT = repository_root()
 
 __all__ = [
     "ROOT",
+    "SHARED_MODELS",
     "Process",
     "ServerProcess",
     "ShimProcess",
@@ -87,9 +88,12 @@ def _entry(module: str, fd_limit: int | None) -> list[str]:
 FRONTENDS = os.environ.get("SLUICE_TEST_FRONTENDS")
 
 
-# The embedded models but smollm2 (seconds to load, a transformers import): what a server a test starts
-# without naming its models serves.
-FAST_MODELS = tuple(name for name in EMBEDDED_MODELS if name != "smollm2")
+# What a server a test starts without naming its models serves: the embedded models a start-up loads in
+# about a second. smollm2 (seconds, a transformers import) and all-minilm-l6-v2 (about 6 CPU-s at each
+# start: its tokenizer and weights) load only where a test names them, as the session's server does.
+FAST_MODELS = ("mlp", "byte-lm")
+# Every embedded model but smollm2: the session's shared server, which the client suites list and call.
+SHARED_MODELS = tuple(name for name in EMBEDDED_MODELS if name != "smollm2")
 
 
 def _spawn_server(
@@ -97,7 +101,7 @@ def _spawn_server(
 ) -> ServerProcess:
     base = ["--port", "0", "--metrics-port", "0", "--log-level", "WARNING"]
     if not any(flag.split("=")[0] in ("--models", "--hf-models") for flag in flags):
-        base += ["--models", ",".join(FAST_MODELS)]  # smollm2 loads only where a test names it
+        base += ["--models", ",".join(FAST_MODELS)]
     if FRONTENDS and "--frontends" not in flags:
         base += ["--frontends", FRONTENDS]
     return ServerProcess([*base, *flags], entry=_entry("server", fd_limit), env=env, **_options("server"))

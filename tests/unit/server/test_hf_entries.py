@@ -14,8 +14,9 @@ from server.runtimes import registry
 from server.runtimes.hf_entries import HfOptions
 from server.runtimes.registry import build_models, check_models, model_options, options_help
 from tests.support.hf_models import save
+from tests.support.packages import require
 
-pytest.importorskip("transformers")
+require("transformers")
 
 
 @pytest.fixture(scope="module")
