@@ -16,7 +16,6 @@ from typing import cast
 import grpc
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 from sluice.kserve.v2 import grpc_service_pb2_grpc as v2_grpc
 
@@ -38,7 +37,7 @@ from server.kserve.shm import SharedMemory
 from server.methods import SERVICE, guarded_methods
 from server.metrics import Metrics
 from server.placement import DevicePlacement, breaker_for, place
-from server.readiness import track_readiness
+from server.readiness import ReportingHealth, track_readiness
 from server.runtimes.registry import resolve_device
 from server.servicer import InferenceServicer
 from server.transport.generic_only import GenericOnly
@@ -109,7 +108,7 @@ class SluiceServer:
             version=_version(),
             shm=SharedMemory.of(settings, keys),
         )
-        self.health = HealthServicer()
+        self.health = ReportingHealth(self.metrics)
         # A process at its descriptor limit spins on accept errors and every file it opens fails: the soft
         # limit goes up to the hard one, and connections are capped below it.
         self.fds = raise_fd_limit()

@@ -53,6 +53,15 @@ def _by_model(instrument: Any) -> dict[str, float]:
     return totals
 
 
+def kv_tokens_and_usage(metrics: Any) -> tuple[float, float]:
+    """The KV caches' tokens (held, cached and free, all models) and the fraction running sequences hold."""
+    reserved = sum(_by_model(metrics.kv_reserved).values())
+    capacity = (
+        reserved + sum(_by_model(metrics.kv_cached).values()) + sum(_by_model(metrics.kv_free).values())
+    )
+    return capacity, (reserved / capacity if capacity else 0.0)
+
+
 class ProtocolMetrics(Collector):
     """Computes the protocol's gauges from the server's `Metrics` at each scrape."""
 
@@ -69,14 +78,13 @@ class ProtocolMetrics(Collector):
                 generating[labels.get("model", "")] += value
         in_batch = _by_model(m.sequences)
         joining = sum(max(0.0, calls - in_batch.get(model, 0.0)) for model, calls in generating.items())
-        reserved = sum(_by_model(m.kv_reserved).values())
-        capacity = reserved + sum(_by_model(m.kv_cached).values()) + sum(_by_model(m.kv_free).values())
+        capacity, usage = kv_tokens_and_usage(m)
         yield _gauge(WAITING, "Requests waiting: for an admission slot, or admitted to join a batch.",
                      waiting + joining)  # fmt: skip
         yield _gauge(RUNNING, "Requests running: holding a slot, and generations in their batch.",
                      max(0.0, holding - joining))  # fmt: skip
         yield _gauge(KV_USAGE, "Tokens of the KV caches held by running sequences, as a fraction (0 to 1).",
-                     reserved / capacity if capacity else 0.0)  # fmt: skip
+                     usage)  # fmt: skip
         info = GaugeMetricFamily(
             CACHE_INFO, "The KV caches' block size (tokens) and blocks, as labels.",
             labels=["block_size", "num_gpu_blocks"],

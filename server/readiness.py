@@ -1,22 +1,41 @@
 """Readiness: the `sluice.readiness` health status follows the memory breakers and the admission queues
 (SERVING while any device takes new work, NOT_SERVING while draining), and the breaker gauges with it.
-Liveness never follows them: a restart would lose the work in flight."""
+Liveness never follows them: a restart would lose the work in flight. A readiness check's answer carries
+the replica's KV size and use in its trailing metadata (ReportingHealth), for routers that poll it (the
+shim's prefix routing): what the replica can hold, known before any call shows it slow."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 from server.metrics import Metrics
-from wire.metadata import READINESS_SERVICE
+from server.protocol_metrics import kv_tokens_and_usage
+from wire.metadata import KV_TOKENS, KV_USAGE, READINESS_SERVICE
 
 if TYPE_CHECKING:
     from server.admission.interceptor import AdmissionInterceptor
     from server.placement import DevicePlacement
+
+
+class ReportingHealth(HealthServicer):
+    """grpc.health.v1, whose readiness answers also say the KV caches' tokens and the fraction in use (as
+    the model-server protocol's gauges count them), computed per check from the gauges: no work per call."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        super().__init__()
+        self.metrics = metrics
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, context: Any) -> Any:
+        if request.service == READINESS_SERVICE:
+            tokens, usage = kv_tokens_and_usage(self.metrics)
+            if tokens:  # no Generate model, or none has stepped yet: nothing to say
+                context.set_trailing_metadata(((KV_TOKENS, str(int(tokens))), (KV_USAGE, f"{usage:.4f}")))
+        return await super().Check(request, context)
 
 
 async def track_readiness(

@@ -35,3 +35,8 @@ API_KEY_HEADER = "api-key"
 INFERENCE_SERVICE = "sluice.inference.v1.InferenceService"
 #: grpc.health.v1 service that is SERVING while the server takes new work (readiness; "" is liveness).
 READINESS_SERVICE = "sluice.readiness"
+#: Trailing metadata of a readiness check (server/readiness.py's ReportingHealth): the replica's KV caches'
+#: tokens in all, and the fraction running sequences hold (the model-server protocol's KV use), so that a
+#: router polling readiness learns each replica's KV size and use without scraping /metrics.
+KV_TOKENS = "x-sluice-kv-tokens"
+KV_USAGE = "x-sluice-kv-usage"

@@ -150,7 +150,7 @@ class Generations:
             token_ids.extend(piece.token_ids)
             logprobs.extend(piece.logprobs)
             if piece.finish_reason is not None:
-                self.routing.finished(self.calls[index], piece.timings)
+                self.routing.finished(self.calls[index], piece.timings, piece.usage)
                 return Choice(
                     index,
                     "".join(texts),
@@ -186,7 +186,7 @@ class Generations:
                 if isinstance(received, pb.GenerateResponse):
                     piece = Piece.of(index, received)
                     if piece.finish_reason is not None:
-                        self.routing.finished(self.calls[index], piece.timings)
+                        self.routing.finished(self.calls[index], piece.timings, piece.usage)
                     yield piece
                     if piece.finish_reason is not None:
                         finished[index] = True

@@ -3,7 +3,8 @@ metric of kubernetes-sigs/gateway-api-inference-extension's docs/proposals/003-m
 the name the `sluice` engineConfig of deploy/k8s/ maps it to, read as the endpoint picker reads it (one
 series per name, a gauge), with the protocol's meaning: queued and running requests while a server with
 two sequence slots holds four long generations, the KV cache's use as a fraction, the block size and
-blocks; and all back to zero when the generations end (cached prefixes count as free)."""
+blocks; and all back to zero when the generations end (cached prefixes count as free). The readiness check
+says the same KV size and use in its trailing metadata (what the shim's prefix routing polls)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import grpc
 import httpx
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 from sluice.inference.v1 import inference_pb2 as pb
 from sluice.inference.v1 import inference_pb2_grpc as pb_grpc
 
 from tests.support.processes import ServerProcess, start_server, wait_until
+from wire.metadata import KV_TOKENS, KV_USAGE, READINESS_SERVICE
 
 ROOT = Path(__file__).resolve().parents[2]
 # The protocol's metrics -> the picker's engineConfig field that names Sluice's series.
@@ -66,6 +69,15 @@ def value(server: ServerProcess, field: str) -> float:
     return picked(server)[field][2]
 
 
+def readiness_kv(server: ServerProcess) -> tuple[float, float]:
+    """The KV tokens and use a readiness check's trailing metadata reports."""
+    with grpc.insecure_channel(server.target) as channel:
+        request = health_pb2.HealthCheckRequest(service=READINESS_SERVICE)
+        _, call = health_pb2_grpc.HealthStub(channel).Check.with_call(request, timeout=5)
+        reported = dict(call.trailing_metadata() or ())
+    return float(reported[KV_TOKENS]), float(reported[KV_USAGE])
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     process = start_server("--models", "byte-lm", "--max-sequences", "2", "--probe-interval-s", "0.05")
@@ -87,6 +99,7 @@ def test_the_picker_reads_sluices_gauges_with_the_protocols_meaning(server: Serv
         if name in ("sluice_kv_tokens_reserved", "sluice_kv_tokens_cached", "sluice_kv_tokens_free")
     )  # fmt: skip
     assert labels == {"block_size": "16", "num_gpu_blocks": str(int(capacity) // 16)} and capacity > 0
+    assert readiness_kv(server) == (capacity, 0.0)
 
     sampling = pb.SamplingParams(max_tokens=1000, ignore_eos=True)
     request = pb.GenerateRequest(model="byte-lm", text="a long generation", sampling=sampling)
@@ -108,6 +121,8 @@ def test_the_picker_reads_sluices_gauges_with_the_protocols_meaning(server: Serv
             )
             usage = samples[("sluice_server_kv_cache_usage_ratio", ())]
             assert 0 < usage < 1 and usage == pytest.approx(kv["sluice_kv_tokens_reserved"] / capacity)
+            tokens, used = readiness_kv(server)  # the generations run on: the same held tokens
+            assert tokens == capacity and 0 < used < 1
         finally:
             for call in calls:
                 call.cancel()

@@ -22,8 +22,11 @@ class Routing(Protocol):
     ) -> GenerateCall:
         """Starts the call on the chosen replica."""
 
-    def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
-        """The call's final message came, with the server's timings (the replica's load, as it saw it)."""
+    def finished(
+        self, call: GenerateCall, timings: pb.GenerateTimings, usage: pb.Usage | None = None
+    ) -> None:
+        """The call's final message came, with the server's timings (the replica's load, as it saw it) and
+        its usage (the cached tokens: what of the prompt the replica still held)."""
 
     async def close(self) -> None:
         """Ends what the policy runs of its own (channels, probes)."""
@@ -38,7 +41,9 @@ class RoundRobin:
     ) -> GenerateCall:
         return self.inference.Generate(request, timeout=timeout, metadata=metadata)
 
-    def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
+    def finished(
+        self, call: GenerateCall, timings: pb.GenerateTimings, usage: pb.Usage | None = None
+    ) -> None:
         pass
 
     async def close(self) -> None:

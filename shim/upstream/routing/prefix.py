@@ -7,8 +7,18 @@ sent each replica (prefix_index.py), without asking the replicas per call.
 The rule, per call, among the replicas whose readiness is SERVING (all of them, if none is):
 - the prompt's leading blocks each replica was sent: the longest match is the candidate;
 - a match under `--routing-min-match` of the prompt's blocks (a new conversation) goes to the least loaded
-  replica by expected wait ((calls in flight + 1) x its reported time to first token, replicas.py); equals
-  to the one holding the fewest blocks (it then holds that prefix: the conversation's next turns follow it);
+  replica by expected wait ((calls in flight + 1) x its reported time to first token, replicas.py) among
+  those not crowded; equals to the one holding the fewest blocks (it then holds that prefix: the
+  conversation's next turns follow it). Blocks are counted per token of KV room each replica's readiness
+  reports (its KV tokens less those running sequences hold, times the share of the prefixes it was sent
+  for that its calls' usage says it still held; replicas.py; as SGLang's router sends a new prompt to its
+  smallest tree, and llm-d's kv-cache-utilization scorer prefers free KV), scaled to the average room:
+  crowded is past the least by more than the prompt's blocks and more than
+  `--routing-imbalance` times. So a replica with a twentieth of the others' KV is sent about a twentieth of
+  their conversations, and keeps their prefixes, instead of a quarter that it evicts and prefills again
+  (its calls then the fleet's slowest). The least loaded replica is chosen instead where the one placed
+  is loaded past it by both margins below. Where a replica reports no KV size (an older server), the
+  replicas' rooms count as equal but for what each lost: blocks alone decide, as before;
 - a candidate gives way to the replica with the fewest calls in flight when its own calls in flight exceed
   that least by more than `--routing-imbalance-calls` AND more than `--routing-imbalance` times; or to
   the one whose calls waited least (a moving average of what each call's final message reports: a call
@@ -66,7 +76,8 @@ class PrefixRouting:
         self.rules = rules
         self.replicas = [make_replica(address, open_channel(address)) for address in addresses]
         self.index = PrefixIndex(len(self.replicas), capacity=rules.index_blocks)
-        self._replica_of: dict[int, tuple[Replica, str]] = {}  # by id(call), while it runs: where, and why
+        # By id(call), while it runs: where, why, and the share of its prompt's blocks that replica was sent.
+        self._replica_of: dict[int, tuple[Replica, str, float]] = {}
         self._routed = routed
         self._probe = asyncio.get_running_loop().create_task(
             probe_readiness(
@@ -77,28 +88,55 @@ class PrefixRouting:
 
     def choose(self, hashes: Sequence[int]) -> tuple[int, str]:
         """The replica for a prompt of these block hashes, and why."""
+        index, reason, _ = self._choose(hashes)
+        return index, reason
+
+    def _choose(self, hashes: Sequence[int]) -> tuple[int, str, int]:
+        """choose(), with the blocks of the prompt the chosen replica was sent."""
         live = [i for i, r in enumerate(self.replicas) if r.ready] or list(range(len(self.replicas)))
         cost = costs(self.replicas, live, floor_s=self.rules.wait_floor_s)
-        # Ties (equal load, as between idle replicas) go to the replica holding the fewest blocks, as SGLang's
-        # router sends a new prompt to its smallest tree: new conversations spread over the fleet instead of
-        # piling on the first replica, whose load would then push their next turns away from their cache.
-        cheapest = min(live, key=lambda i: (cost[i], self.replicas[i].in_flight, self.index.size(i)))
-        if not hashes:
-            return cheapest, LEAST_LOADED
+        # Ties (equal load, as between idle replicas) go to the replica holding the fewest blocks for its
+        # room, as SGLang's router sends a new prompt to its smallest tree: new conversations spread over the
+        # fleet instead of piling on the first replica, whose load would then push their next turns away
+        # from their cache; then to the larger KV.
+        now = time.monotonic()
+        fill = self._fills(live, now)
+        loads = {i: self.replicas[i].in_flight for i in live}
+        waits = {i: self.replicas[i].wait(now) for i in live}
+
+        def placing(i: int) -> tuple[float, int, float, float]:
+            return cost[i], loads[i], fill[i], -self.replicas[i].kv_tokens
+
+        cheapest = min(live, key=placing)
+        if not hashes:  # nothing for a cache to keep: the least loaded
+            return cheapest, LEAST_LOADED, 0
         matched = self.index.matched(hashes)
         best = max(live, key=lambda i: (matched[i], -cost[i]))
         if matched[best] < self.rules.min_match * len(hashes):
-            return cheapest, LEAST_LOADED
-        loads = {i: self.replicas[i].in_flight for i in live}
-        least = min(live, key=lambda i: (loads[i], cost[i], self.index.size(i)))
+            least_fill = min(fill.values())
+            roomy = [i for i in live if not self._past(fill[i], least_fill, len(hashes))]
+            placed = min(roomy, key=placing)
+            if self._past(loads[placed], loads[cheapest], self.rules.imbalance_calls) or self._past(
+                waits[placed], waits[cheapest], self.rules.imbalance_wait_s
+            ):
+                return cheapest, LEAST_LOADED, matched[cheapest]
+            return placed, LEAST_LOADED, matched[placed]
+        least = min(live, key=lambda i: (loads[i], cost[i], fill[i]))
         if self._past(loads[best], loads[least], self.rules.imbalance_calls):
-            return least, BALANCED
-        now = time.monotonic()
-        waits = {i: self.replicas[i].wait(now) for i in live}
-        quickest = min(live, key=lambda i: (waits[i], loads[i], self.index.size(i)))
+            return least, BALANCED, matched[least]
+        quickest = min(live, key=lambda i: (waits[i], loads[i], fill[i]))
         if self._past(waits[best], waits[quickest], self.rules.imbalance_wait_s):
-            return quickest, BALANCED
-        return best, PREFIX
+            return quickest, BALANCED, matched[quickest]
+        return best, PREFIX, matched[best]
+
+    def _fills(self, live: list[int], now: float) -> dict[int, float]:
+        """Each live replica's indexed blocks per unit of its room (replicas.py), scaled to the live
+        replicas' average room: in blocks, as if each were of average size. Sizes count where every live
+        replica reports its KV tokens; otherwise rooms are equal but for what each lost lately."""
+        sized = all(self.replicas[i].kv_tokens > 0 for i in live)
+        rooms = {i: self.replicas[i].room(now, sized=sized) for i in live}
+        mean = sum(rooms.values()) / len(rooms)
+        return {i: self.index.size(i) * mean / rooms[i] for i in live}
 
     def _past(self, value: float, least: float, margin: float) -> bool:
         """Loaded past both margins: by more than `margin`, and more than --routing-imbalance times."""
@@ -111,14 +149,14 @@ class PrefixRouting:
         hashes = block_hashes(
             prompt_bytes(request), block_bytes=self.rules.block_bytes, seed=f"{request.model}\0{salt}"
         )
-        index, reason = self.choose(hashes)
+        index, reason, matched = self._choose(hashes)
         self.index.record(index, hashes)
         replica = self.replicas[index]
         if self._routed is not None:
             self._routed.labels(replica.address, reason).inc()
         call: GenerateCall = replica.inference.Generate(request, timeout=timeout, metadata=metadata)
         replica.in_flight += 1
-        self._replica_of[id(call)] = replica, reason
+        self._replica_of[id(call)] = replica, reason, matched / len(hashes) if hashes else 0.0
 
         def done(_: object) -> None:
             replica.in_flight -= 1
@@ -127,22 +165,29 @@ class PrefixRouting:
         call.add_done_callback(done)
         return call
 
-    def finished(self, call: GenerateCall, timings: pb.GenerateTimings) -> None:
+    def finished(
+        self, call: GenerateCall, timings: pb.GenerateTimings, usage: pb.Usage | None = None
+    ) -> None:
         """The replica's wait beyond the prefill routing chose: a call sent for its prefix reports its time
         to first token (a replica that lost the prefix, or a busy one, is slow to it); any other call only
         its queue wait, since its whole prompt's prefill is routing's doing (counted, a move's prefill
-        made its new replica look slow, and moved that one's calls in turn: 256 of 512 in a run)."""
+        made its new replica look slow, and moved that one's calls in turn: 256 of 512 in a run). A call
+        sent for its prefix also says, by its usage's cached tokens, how much of it the replica still held:
+        one that evicts what it is sent is given fewer new conversations (choose's room)."""
         where = self._replica_of.get(id(call))
         if where is None:
             return
-        replica, reason = where
+        replica, reason, expected = where
+        now = time.monotonic()
+        if reason == PREFIX and usage is not None and usage.prompt_tokens > 0 and expected > 0:
+            replica.observe_lost(1.0 - usage.cached_tokens / usage.prompt_tokens / expected, now)
         if reason == PREFIX and timings.HasField("time_to_first_token"):
             waited = timings.time_to_first_token
         elif reason != PREFIX and timings.HasField("queue_wait"):
             waited = timings.queue_wait
         else:
             return
-        replica.observe(waited.ToTimedelta().total_seconds(), time.monotonic())
+        replica.observe(waited.ToTimedelta().total_seconds(), now)
 
     async def close(self) -> None:
         self._probe.cancel()

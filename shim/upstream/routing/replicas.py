@@ -8,13 +8,18 @@ moving average of the time to first token each replica reports in its calls' fin
 replica's `sluice.readiness` health service on an interval (it turns NOT_SERVING when the replica's queue
 is full, its memory breaker open, or it drains). The time to first token rather than the queue wait
 alone: a replica too short of KV memory to keep its conversations' prefixes, or whose steps are slow (a
-busy model), serves its calls without queueing them, and only their first token says it is slow."""
+busy model), serves its calls without queueing them, and only their first token says it is slow. So the
+readiness poll also reads what each answer's trailing metadata says of the replica's KV caches (their
+tokens in all, and the fraction running sequences hold; server/readiness.py): how much of its
+conversations' prefixes a replica can keep is known before its calls show it, and new conversations are
+placed by it (prefix.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sluice.inference.v1 import inference_pb2_grpc
 
-from wire.metadata import READINESS_SERVICE
+from wire.metadata import KV_TOKENS, KV_USAGE, READINESS_SERVICE
 
 _log = logging.getLogger("sluice.shim.routing")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -35,6 +40,21 @@ _DECAY_S = 30.0
 _WEIGHT = 0.3  # of a new sample in the average
 
 
+@dataclass(slots=True)
+class Decaying:
+    """A moving average of samples that decays towards zero while none come (half every _DECAY_S)."""
+
+    value: float = 0.0
+    at: float = 0.0
+
+    def now(self, now: float) -> float:
+        return self.value * float(0.5 ** ((now - self.at) / _DECAY_S)) if self.value else 0.0
+
+    def add(self, sample: float, now: float) -> None:
+        current = self.now(now)
+        self.value, self.at = current + _WEIGHT * (sample - current), now
+
+
 @dataclass(slots=True, eq=False)
 class Replica:
     address: str
@@ -43,20 +63,35 @@ class Replica:
     health: Any  # grpc_health ships no stubs
     in_flight: int = 0
     ready: bool = True  # until a probe says otherwise: a fresh replica is tried, not avoided
-    _wait_s: float = 0.0
-    _measured_at: float = field(default=0.0)
+    kv_tokens: float = 0.0  # its KV caches' tokens, as its readiness reports them (0: not reported)
+    kv_usage: float = 0.0  # the fraction of them running sequences hold
+    _wait: Decaying = field(default_factory=Decaying)  # seconds to the first token
+    _lost: Decaying = field(default_factory=Decaying)  # the fraction of an expected prefix it no longer held
 
     def wait(self, now: float) -> float:
         """The moving average of reported times to first token, decayed towards zero while nothing is
         reported."""
-        if not self._wait_s:
-            return 0.0
-        return self._wait_s * float(0.5 ** ((now - self._measured_at) / _DECAY_S))
+        return self._wait.now(now)
 
     def observe(self, seconds: float, now: float) -> None:
-        current = self.wait(now)
-        self._wait_s = current + _WEIGHT * (seconds - current)
-        self._measured_at = now
+        self._wait.add(seconds, now)
+
+    def lost(self, now: float) -> float:
+        """The moving average of the share of the prefix a call was sent here for that the replica no longer
+        held (its usage's cached tokens fell short): it evicts what it is sent (too little KV for its
+        conversations, or room taken by others' calls); decays towards none."""
+        return self._lost.now(now)
+
+    def observe_lost(self, fraction: float, now: float) -> None:
+        self._lost.add(min(max(fraction, 0.0), 1.0), now)
+
+    def room(self, now: float, *, sized: bool) -> float:
+        """The relative room it has to keep conversations' prefixes: its KV tokens not held by running
+        sequences (where `sized`: every replica compared reports its size; else 1), times the share of
+        what it was sent that it kept lately."""
+        tokens = self.kv_tokens * (1.0 - self.kv_usage) if sized else 1.0
+        kept = max(1.0 - self.lost(now), 0.05)  # one that kept nothing still holds what it was sent last
+        return max(tokens, 1.0) * kept
 
 
 def costs(replicas: list[Replica], live: list[int], *, floor_s: float) -> dict[int, float]:
@@ -73,19 +108,30 @@ async def probe_readiness(replicas: list[Replica], *, interval_s: float, timeout
             *(_ready(replica, timeout_s) for replica in replicas), return_exceptions=True
         )
         for replica, result in zip(replicas, results, strict=True):
-            ready = result is True
+            ready = isinstance(result, tuple) and result[0]
+            if isinstance(result, tuple):
+                replica.kv_tokens, replica.kv_usage = result[1], result[2]
             if ready != replica.ready:
                 _log.info("replica %s %s", replica.address, "ready" if ready else "not ready")
             replica.ready = ready
         await asyncio.sleep(interval_s)
 
 
-async def _ready(replica: Replica, timeout_s: float) -> bool:
+async def _ready(replica: Replica, timeout_s: float) -> tuple[bool, float, float] | None:
+    """Whether the replica is SERVING, with its KV tokens and use (kept as they were where not reported:
+    a server from before this reports none); None where the check failed."""
     request = health_pb2.HealthCheckRequest(service=READINESS_SERVICE)
     with contextlib.suppress(grpc.aio.AioRpcError):
-        response = await replica.health.Check(request, timeout=timeout_s)
-        return bool(response.status == _SERVING)
-    return False
+        call = replica.health.Check(request, timeout=timeout_s)
+        response = await call
+        reported = dict(await call.trailing_metadata() or ())
+        tokens, usage = replica.kv_tokens, replica.kv_usage
+        with contextlib.suppress(KeyError, ValueError, TypeError):
+            read = float(reported[KV_TOKENS]), float(reported[KV_USAGE])
+            if all(math.isfinite(x) for x in read) and read[0] >= 0:  # a garbled report changes nothing
+                tokens, usage = read[0], min(max(read[1], 0.0), 1.0)
+        return bool(response.status == _SERVING), tokens, usage
+    return None
 
 
 def make_replica(address: str, channel: grpc.aio.Channel) -> Replica:

@@ -1,7 +1,8 @@
 """Prefix routing's parts without a server: the prompt's bytes and block hashes (a conversation's next turn
 shares the hashes of the turn before; tenants' salts keep them apart), the bounded LRU index, and the rule
 that picks a replica (longest match, unless its calls in flight exceed the least's by an absolute and a
-relative margin; a new prompt to the least loaded)."""
+relative margin; a new prompt to the least loaded of the replicas not crowded for their KV room, which each
+replica's readiness check reports and its calls' cached tokens correct)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from shim.config import ShimSettings
 from shim.upstream.routing import check_routing, replica_addresses
 from shim.upstream.routing.prefix import BALANCED, LEAST_LOADED, PREFIX, PrefixRouting, PrefixRules
 from shim.upstream.routing.prefix_index import PrefixIndex, block_hashes, prompt_bytes
+from shim.upstream.routing.replicas import Replica
 
 pytestmark = pytest.mark.anyio
 
@@ -165,8 +167,6 @@ async def test_new_prompts_on_idle_replicas_spread_over_them(routing: PrefixRout
 
 
 def test_the_wait_average_moves_and_decays() -> None:
-    from shim.upstream.routing.replicas import Replica
-
     replica = Replica("127.0.0.1:1", None, None, None)  # type: ignore[arg-type]  # no call is made
     assert replica.wait(100.0) == 0.0
     replica.observe(1.0, 100.0)
@@ -195,6 +195,107 @@ async def test_a_call_sent_for_its_prefix_reports_its_time_to_first_token(routin
     routing.finished(call, timings)
     assert chosen.wait(time.monotonic()) == pytest.approx(0.3 + 0.3 * 2.7, rel=0.01)
     call.cancel()
+
+
+def place(routing: PrefixRouting, conversations: int, blocks: int = 10) -> list[int]:
+    """Where new conversations of `blocks` blocks each go on an idle fleet, each then held there."""
+    chosen = []
+    for c in range(conversations):
+        hashes = list(range(1000 * (c + 1), 1000 * (c + 1) + blocks))
+        index, reason = routing.choose(hashes)
+        assert reason == LEAST_LOADED
+        routing.index.record(index, hashes)
+        chosen.append(index)
+    return chosen
+
+
+async def test_new_conversations_go_by_the_kv_room_each_replica_reports(routing: PrefixRouting) -> None:
+    # Replica 2 reports a twentieth of the others' KV: it is sent about a twentieth of their conversations
+    # (which it can keep), not a third that it would evict and prefill again. Before, it was sent 10 of 30.
+    for replica, tokens in zip(routing.replicas, (100_000, 100_000, 5_000), strict=True):
+        replica.kv_tokens = tokens
+    chosen = place(routing, 30)
+    assert chosen[:2] == [0, 1]  # idle and empty: the larger KV first
+    assert 1 <= chosen.count(2) <= 2 and abs(chosen.count(0) - chosen.count(1)) <= 1
+    # Running sequences hold most of replica 1's KV: its room is a tenth, and new conversations go elsewhere.
+    routing.replicas[1].kv_usage = 0.9
+    assert place(routing, 4) == [0] * 4
+    # A replica that reports no KV size (an older server): rooms count as equal, blocks alone decide.
+    routing.replicas[1].kv_usage, routing.replicas[2].kv_tokens = 0.0, 0
+    assert place(routing, 3) == [2, 2, 2]
+
+
+async def test_a_placement_still_gives_way_to_load_past_both_margins(routing: PrefixRouting) -> None:
+    for replica, tokens in zip(routing.replicas, (100_000, 100_000, 5_000), strict=True):
+        replica.kv_tokens = tokens
+    place(routing, 4)  # 0, 1, 2, and 0 again: replica 2 is now crowded for its room
+    routing.replicas[0].in_flight = routing.replicas[1].in_flight = 4  # 3 over replica 2's 0 and past 2x
+    assert routing.choose(list(range(7, 17))) == (2, LEAST_LOADED)
+    routing.replicas[0].in_flight = routing.replicas[1].in_flight = 2  # 2 over: within the calls' margin
+    assert routing.choose(list(range(7, 17)))[0] in (0, 1)
+
+
+async def test_a_replica_that_lost_what_it_was_sent_gets_fewer_conversations(routing: PrefixRouting) -> None:
+    # No KV sizes reported: the calls' usage says replica 0 kept none of the prefixes it was sent for (its
+    # cached tokens), so new conversations go to the others until it keeps them again.
+    from google.protobuf.duration_pb2 import Duration
+
+    timings = pb.GenerateTimings(queue_wait=Duration(), time_to_first_token=Duration(nanos=10**8))
+    words = "a conversation long enough for several blocks of the index to hold it "
+    for _ in range(6):
+        routing.index.record(0, hashes(chat(("user", words))))
+        call = routing.generate(chat(("user", words), ("user", "and?")), timeout=5, metadata=())
+        assert routing.replicas[0].in_flight == 1  # sent there for its prefix
+        routing.finished(call, timings, pb.Usage(prompt_tokens=100, cached_tokens=0))
+        call.cancel()
+        await call.code()  # ended: no longer in flight
+    assert routing.replicas[0].lost(time.monotonic()) > 0.8
+    assert routing.replicas[1].lost(time.monotonic()) == 0
+    chosen = place(routing, 12)
+    assert chosen.count(0) <= 1 and chosen.count(1) >= 5 and chosen.count(2) >= 5
+    # A call that found all it was sent for cached counts as nothing lost: the average falls.
+    before = routing.replicas[0].lost(time.monotonic())
+    call = routing.generate(chat(("user", words), ("user", "and?")), timeout=5, metadata=())
+    routing.finished(call, timings, pb.Usage(prompt_tokens=100, cached_tokens=90))
+    call.cancel()
+    await call.code()
+    assert routing.replicas[0].lost(time.monotonic()) < before
+
+
+async def test_the_readiness_check_reports_the_replicas_kv_to_the_probe() -> None:
+    # The server's readiness answer (a real grpc.aio server with the server's ReportingHealth) carries its
+    # KV tokens and use, as its gauges say; the shim's probe reads them (and keeps them where none come).
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from server.metrics import Metrics
+    from server.readiness import ReportingHealth
+    from shim.upstream.routing.replicas import _ready, make_replica
+    from wire.metadata import READINESS_SERVICE
+
+    metrics = Metrics()
+    health = ReportingHealth(metrics)
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        replica = make_replica(f"127.0.0.1:{port}", channel)
+        await health.set(READINESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        assert await _ready(replica, 5) == (True, 0.0, 0.0)  # no Generate model: nothing reported
+        metrics.kv_reserved.labels("m").set(1_000)
+        metrics.kv_cached.labels("m").set(2_000)
+        metrics.kv_free.labels("m").set(5_000)
+        assert await _ready(replica, 5) == (True, 8_000.0, pytest.approx(0.125))
+        await health.set(READINESS_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert await _ready(replica, 5) == (False, 8_000.0, pytest.approx(0.125))
+        for gauge in (metrics.kv_reserved, metrics.kv_cached, metrics.kv_free):
+            gauge.labels("m").set(0)  # nothing reported: the probe keeps what it last read
+        replica.kv_tokens, replica.kv_usage = 8_000.0, 0.125
+        assert await _ready(replica, 5) == (False, 8_000.0, 0.125)
+    finally:
+        await channel.close()
+        await server.stop(None)
 
 
 def test_prefix_routing_needs_replicas_it_can_name() -> None:
