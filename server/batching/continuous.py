@@ -81,7 +81,6 @@ class ContinuousScheduler:
         self.shaping = OutputShaping(model)
         self._wake = asyncio.Event()
         self.gauges = SchedulerGauges(metrics, name, device_label or model.descriptor.device)
-        self.gauges.sequences(0, 0, self.memory)  # the KV size from the start: readiness reports it
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
 
     # -- the request side (event loop) ------------------------------------------------------------
