@@ -197,10 +197,11 @@ async def test_a_call_sent_for_its_prefix_reports_its_time_to_first_token(routin
     call.cancel()
 
 
-def place(routing: PrefixRouting, conversations: int, blocks: int = 10) -> list[int]:
-    """Where new conversations of `blocks` blocks each go on an idle fleet, each then held there."""
+def place(routing: PrefixRouting, conversations: int, blocks: int = 10, first: int = 0) -> list[int]:
+    """Where new conversations of `blocks` blocks each (numbered from `first`) go on an idle fleet, each
+    then held there."""
     chosen = []
-    for c in range(conversations):
+    for c in range(first, first + conversations):
         hashes = list(range(1000 * (c + 1), 1000 * (c + 1) + blocks))
         index, reason = routing.choose(hashes)
         assert reason == LEAST_LOADED
@@ -219,10 +220,10 @@ async def test_new_conversations_go_by_the_kv_room_each_replica_reports(routing:
     assert 1 <= chosen.count(2) <= 2 and abs(chosen.count(0) - chosen.count(1)) <= 1
     # Running sequences hold most of replica 1's KV: its room is a tenth, and new conversations go elsewhere.
     routing.replicas[1].kv_usage = 0.9
-    assert place(routing, 4) == [0] * 4
+    assert place(routing, 4, first=30) == [0] * 4
     # A replica that reports no KV size (an older server): rooms count as equal, blocks alone decide.
     routing.replicas[1].kv_usage, routing.replicas[2].kv_tokens = 0.0, 0
-    assert place(routing, 3) == [2, 2, 2]
+    assert place(routing, 3, first=40) == [2, 2, 2]
 
 
 async def test_a_placement_still_gives_way_to_load_past_both_margins(routing: PrefixRouting) -> None:
