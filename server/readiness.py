@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from server.placement import DevicePlacement
 
 
-class ReportingHealth(HealthServicer):
+class ReportingHealth(HealthServicer):  # type: ignore[misc]  # grpc_health ships no stubs
     """grpc.health.v1, whose readiness answers also say the KV caches' tokens and the fraction in use (as
     the model-server protocol's gauges count them), computed per check from the gauges: no work per call."""
 
