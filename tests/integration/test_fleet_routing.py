@@ -66,7 +66,7 @@ def test_prefix_routing_keeps_conversations_on_the_replica_that_cached_them(
 def test_a_slow_replica_gets_a_smaller_share(
     fleet: tuple[list[ServerProcess], dict[str, ShimProcess]],
 ) -> None:
-    servers, shims = fleet
+    servers, _ = fleet
     slow = servers[0]
     stop = threading.Event()
     held = threading.Event()
@@ -89,16 +89,24 @@ def test_a_slow_replica_gets_a_smaller_share(
             for call in calls:
                 call.cancel()
 
+    # A shim of its own whose wait margin fits this small fleet: a queued call here waits for one of the
+    # holders' 1,000 byte-lm tokens (about a second), and the default 0.5 s margin over an average of two
+    # such waits made the test pass or fail with the machine's speed.
+    shim = start_shim(
+        ",".join(s.target for s in servers), "--routing", "prefix", "--routing-probe-s", "0.05",
+        "--routing-imbalance-wait-s", "0.1",
+    )  # fmt: skip
     holder = threading.Thread(target=hold)
     holder.start()
     try:
         assert held.wait(60), "the slow replica's slots were never held"
-        before = [routed(shims["prefix"], s.target) for s in servers]
-        turns = asyncio.run(run_sessions(shims["prefix"].url, sessions=8, turns=5, seed=7, opening_words=40))
-        counts = [routed(shims["prefix"], s.target) - b for s, b in zip(servers, before, strict=True)]
+        before = [routed(shim, s.target) for s in servers]
+        turns = asyncio.run(run_sessions(shim.url, sessions=8, turns=5, seed=7, opening_words=40))
+        counts = [routed(shim, s.target) - b for s, b in zip(servers, before, strict=True)]
     finally:
         stop.set()
         holder.join(60)
+        shim.terminate()
     assert len(turns) == 40
     # Its first sessions' turns wait there once; their next turns go elsewhere (round-robin: a quarter).
     assert sum(counts) == 40 and counts[0] <= 0.15 * sum(counts), counts
