@@ -18,7 +18,8 @@ max_position_embeddings 8192), each part beside the same load with the feature o
 
     .venv/bin/python -m bench.kv_cache [--quick] [--repeats N]
         [--part capacity|prefix|preemption|sharing|growth] [--model llama|smollm2 (of sharing)]
-        [--sharing-rows served|all] [--growth-chats N] [--growth-contexts N (the KV budget, in contexts)]
+        [--sharing-rows served|counted|all] [--growth-chats N]
+        [--growth-contexts N (the KV budget, in contexts)]
 """
 
 from __future__ import annotations
@@ -268,9 +269,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--sharing-rows",
-        choices=("served", "all"),
+        choices=("served", "counted", "all"),
         default="all",
-        help="of --part sharing: served, the real server's rows only (KV held, tokens/s)",
+        help="of --part sharing: served, the real server's rows only (KV held, tokens/s); counted, the "
+        "in-process count alone (running at once in the budget)",
     )
     parser.add_argument("--growth-chats", type=int, default=0, help="of --part growth (0: its default)")
     parser.add_argument(
@@ -299,7 +301,12 @@ def main() -> None:
                 for name in args.model or ["llama", "smollm2"]:
                     target = kv_models.llama(directory) if name == "llama" else kv_models.smollm2()
                     kv_sharing.sharing(
-                        target, repeats, size, cpu().removeprefix("CPU: "), args.sharing_rows == "all"
+                        target,
+                        repeats,
+                        size,
+                        cpu().removeprefix("CPU: "),
+                        counted_row=args.sharing_rows != "served",
+                        served_rows=args.sharing_rows != "counted",
                     )
             elif part == "growth":
                 from bench.kv_growth import growth

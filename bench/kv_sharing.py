@@ -72,13 +72,19 @@ class Streams:
         return sum(n for n, _ in self.decoding) / sum(s for _, s in self.decoding)
 
 
-def sharing(target: Target, repeats: int, size: Size, cpu: str, counted_row: bool = True) -> None:
-    """`counted_row` False: the real server's rows only (the timed ones; the count needs no quiet)."""
+def sharing(
+    target: Target, repeats: int, size: Size, cpu: str, counted_row: bool = True, served_rows: bool = True
+) -> None:
+    """`counted_row` False: the real server's rows only (the timed ones; the count needs no quiet);
+    `served_rows` False: the in-process count alone (running at once in the budget)."""
     rng = random.Random(5)
     system = [rng.randrange(target.vocab) for _ in range(SYSTEM)]
-    served = _served(target, system, repeats, size)
     counted = {mode: _counted(target, system, mode, repeats, size) if counted_row else [] for mode in MODES}
-    _report(target, served, counted, size, cpu)
+    if not served_rows:
+        print(f"\nsharing ({target.label}; {cpu}): {size.streams} streams, a {SYSTEM}-token system prompt")
+        _report_counted(counted, size, cpu)
+        return
+    _report(target, _served(target, system, repeats, size), counted, size, cpu)
 
 
 def _prompts(target: Target, system: list[int], repeat: int, count: int) -> tuple[list[list[int]], ...]:

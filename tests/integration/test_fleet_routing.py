@@ -66,13 +66,16 @@ def test_prefix_routing_keeps_conversations_on_the_replica_that_cached_them(
 def test_a_slow_replica_gets_a_smaller_share(
     fleet: tuple[list[ServerProcess], dict[str, ShimProcess]],
 ) -> None:
-    servers, shims = fleet
+    servers, _ = fleet
     slow = servers[0]
     stop = threading.Event()
     held = threading.Event()
 
     def hold() -> None:
-        # Four long generations at a time hold the slow replica's four slots: the shim's calls queue there.
+        # Four long generations hold the slow replica's four slots and four more wait for them, so that every
+        # call the shim sends there queues behind a whole generation (about a second), not only for what is
+        # left of one: with the slots alone held, a call that came as a holder finished barely waited, and
+        # under a loaded CI run the replica looked slow too rarely to move its conversations (10 of 40).
         sampling = pb.SamplingParams(max_tokens=1000, ignore_eos=True)
         request = pb.GenerateRequest(model="byte-lm", text="hold", sampling=sampling)
         with grpc.insecure_channel(slow.target) as channel:
@@ -80,6 +83,7 @@ def test_a_slow_replica_gets_a_smaller_share(
             calls = [stub.Generate(request, timeout=120) for _ in range(4)]
             for call in calls:
                 next(call)
+            calls += [stub.Generate(request, timeout=120) for _ in range(4)]
             held.set()
             while not stop.is_set():
                 for i, call in enumerate(calls):
@@ -89,16 +93,24 @@ def test_a_slow_replica_gets_a_smaller_share(
             for call in calls:
                 call.cancel()
 
+    # A shim of its own whose wait margin fits this small fleet: a queued call here waits for a holder's
+    # 1,000 byte-lm tokens (about a second), and the default 0.5 s margin over an average of two such waits
+    # made the test pass or fail with the machine's speed.
+    shim = start_shim(
+        ",".join(s.target for s in servers), "--routing", "prefix", "--routing-probe-s", "0.05",
+        "--routing-imbalance-wait-s", "0.1",
+    )  # fmt: skip
     holder = threading.Thread(target=hold)
     holder.start()
     try:
         assert held.wait(60), "the slow replica's slots were never held"
-        before = [routed(shims["prefix"], s.target) for s in servers]
-        turns = asyncio.run(run_sessions(shims["prefix"].url, sessions=8, turns=5, seed=7, opening_words=40))
-        counts = [routed(shims["prefix"], s.target) - b for s, b in zip(servers, before, strict=True)]
+        before = [routed(shim, s.target) for s in servers]
+        turns = asyncio.run(run_sessions(shim.url, sessions=8, turns=5, seed=7, opening_words=40))
+        counts = [routed(shim, s.target) - b for s, b in zip(servers, before, strict=True)]
     finally:
         stop.set()
         holder.join(60)
+        shim.terminate()
     assert len(turns) == 40
     # Its first sessions' turns wait there once; their next turns go elsewhere (round-robin: a quarter).
     assert sum(counts) == 40 and counts[0] <= 0.15 * sum(counts), counts

@@ -33,13 +33,14 @@ def _segments() -> set[str]:
 
 
 def test_a_large_body_goes_through_shared_memory_read_once_and_unlinked() -> None:
-    before = _segments()
+    # Only this body's segment is looked at: other processes' arenas (a parallel test worker's front ends)
+    # come and go in /dev/shm meanwhile.
     data = os.urandom(INLINE_BYTES + 1)
     body = put_body(data)
     assert isinstance(body, tuple) and body[1] == len(data)
-    assert _segments() - before == {body[0]}
+    assert body[0] in _segments()
     assert take_body(body) == data
-    assert _segments() == before
+    assert body[0] not in _segments()
     with pytest.raises(FileNotFoundError):
         take_body(body)
 
