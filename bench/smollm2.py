@@ -10,10 +10,12 @@ Python gRPC client beside it.
 
     make bench-llamacpp   # once: builds llama-cpp-python (about 10 minutes on 2 cores)
     .venv/bin/python -m bench.smollm2 [--dtype bfloat16|float32] [--quantization none|int8|int4|w8a8_int8]
-        [--repeats 3] [--tokens 128] [--quick] [--streams 1,8,32] [--no-llamacpp]
+        [--repeats 3] [--tokens 128] [--quick] [--streams 1,8,32] [--no-llamacpp] [--beside none]
 
 With --quantization int4 Sluice keeps the file's Q4_1 blocks (docs/quantization.md), as llama.cpp does; the
-raw HF loop stays dense in --dtype.
+raw HF loop stays dense in --dtype. `--beside MODE` runs a second Sluice server in MODE (`none`: dense
+--dtype) in the same repeats, timed by h2load, for issue 30's "no slower than the best unquantized dtype in
+the same run" at 32 streams.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bench.llamacpp import LlamaCppServer, llamacpp_python
 from bench.stack import running
 from server.runtimes.smollm2 import NAME, smollm2_gguf
 
+BESIDE = "sluice --beside, h2load"  # the second server's side (issue 30's dense reference)
 QUESTION = "Tell me a long story about a lighthouse keeper and the sea."
 
 
@@ -91,6 +94,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads and llama.cpp threads")
     parser.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp server")
     parser.add_argument(
+        "--beside", choices=("none", "int8", "int4", "w8a8_int8"), help="a second Sluice in this mode"
+    )
+    parser.add_argument(
         "--streams", default=",".join(map(str, CONCURRENCY)), help="concurrent streams, comma-separated"
     )
     args = parser.parse_args()
@@ -115,17 +121,21 @@ def main() -> None:
         raw_decode(model, ids, b, 2)
     sides: dict[str, dict[int, list[Run]]] = {
         side: {b: [] for b in streams}
-        for side in ("raw HF loop", "sluice, h2load", "sluice, Python", "llama.cpp server")
+        for side in ("raw HF loop", "sluice, h2load", "sluice, Python", "llama.cpp server", BESIDE)
     }
     flags = ["--models", NAME, "--dtype", args.dtype, "--torch-threads", str(args.threads)]
-    flags += ["--quantization", args.quantization]
     flags += ["--max-sequences", "32", "--max-queue", "64", "--context-length", "2048"]
+    beside_flags = [*flags, "--quantization", args.beside or "none"]
+    flags += ["--quantization", args.quantization]
     work = Load(model=NAME, prompt=prompt, temperature=0.0, ignore_eos=True)
     with (
         tempfile.TemporaryDirectory(prefix="sluice-bench-smollm2-") as scratch,
         running(*flags) as (server, _),
+        running(*beside_flags) if args.beside else _nothing() as beside,
     ):
         asyncio.run(concurrent(server.target, 4, 8, load=work))  # warm the paths
+        if beside is not None:
+            asyncio.run(concurrent(beside[0].target, 4, 8, load=work))
         with LlamaCppServer(llamacpp, smollm2_gguf(), args.threads) if llamacpp else _nothing() as cpp:
             if cpp is not None:
                 asyncio.run(cpp.completions(prompt, 1, 4, ends))
@@ -136,6 +146,11 @@ def main() -> None:
                     h2 = h2load_run(server.target, b, tokens, Path(scratch), model=NAME, text=prompt)
                     if h2 is not None:
                         sides["sluice, h2load"][b].append(h2)
+                    if beside is not None:
+                        target = beside[0].target
+                        other = h2load_run(target, b, tokens, Path(scratch), model=NAME, text=prompt)
+                        if other is not None:
+                            sides[BESIDE][b].append(other)
                     sides["sluice, Python"][b].append(
                         asyncio.run(concurrent(server.target, b, tokens, load=work))
                     )
@@ -157,8 +172,8 @@ def report(sides: dict[str, dict[int, list[Run]]], streams: tuple[int, ...] = CO
     sluice = sides.get("sluice, h2load") or sides["sluice, Python"]
     print("\nratios, median [min-max] over repeats (each repeat's runs side by side):")
     ratios: dict[tuple[str, int], float] = {}
-    for other in ("raw HF loop", "llama.cpp server"):
-        if other not in sides:
+    for other in ("raw HF loop", "llama.cpp server", BESIDE):
+        if other not in sides or any(len(sides[other][b]) != len(sluice[b]) for b in streams):
             continue
         for b in streams:
             vs = [s.tokens_per_s / o.tokens_per_s for s, o in zip(sluice[b], sides[other][b], strict=True)]
@@ -169,6 +184,9 @@ def report(sides: dict[str, dict[int, list[Run]]], streams: tuple[int, ...] = CO
         if (other, 32) in ratios:
             met = "met" if ratios[(other, 32)] >= bar else "MISSED"
             print(f"  sluice >= {bar} x {other} at 32 streams: {ratios[(other, 32)]:.2f} -> {met}")
+    if (BESIDE, 32) in ratios:
+        met = "met" if ratios[(BESIDE, 32)] >= 1.0 else "MISSED"
+        print(f"  sluice >= 1.0 x {BESIDE} at 32 streams (issue 30): {ratios[(BESIDE, 32)]:.2f} -> {met}")
     if ("llama.cpp server", 1) in ratios:
         one = ratios[("llama.cpp server", 1)]
         met = "met" if one >= 1.0 else "MISSED"
