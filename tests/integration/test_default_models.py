@@ -28,10 +28,14 @@ require("transformers", "gguf")
 SLUICE = str(Path(sys.executable).parent / "sluice")
 
 
-def sluice_up(*flags: str) -> Iterator[str]:
-    """`sluice up FLAGS` on free ports, until the test is done: its HTTP URL, once /readyz says ready."""
+def spawn_up(*flags: str) -> Process:
+    """`sluice up FLAGS` on free ports, started: `serving` waits for it."""
     command = [SLUICE, "up", *flags, "--grpc-port", "0", "--http-port", "0"]
-    up = Process("up", command, cwd=ROOT, die_with_parent=True)
+    return Process("up", command, cwd=ROOT, die_with_parent=True)
+
+
+def serving(up: Process) -> Iterator[str]:
+    """A started `sluice up`'s HTTP URL, once /readyz says ready, until the test is done."""
     try:
         banner = up.wait_for_line(r"sluice up: gRPC on (\S+), HTTP on (\S+); Ctrl-C stops both")
         url = banner.group(2)
@@ -39,6 +43,22 @@ def sluice_up(*flags: str) -> Iterator[str]:
         yield url
         up.signal(signal.SIGTERM)
         assert up.proc.wait(90) == 0, up.diagnostics()
+    finally:
+        up.stop(30)
+
+
+def sluice_up(*flags: str) -> Iterator[str]:
+    """`sluice up FLAGS` on free ports, until the test is done: its HTTP URL, once /readyz says ready."""
+    yield from serving(spawn_up(*flags))
+
+
+@pytest.fixture(scope="module")
+def gguf_up() -> Iterator[Process]:
+    """`sluice up --hf-models smol=FILE.gguf`, spawned as the module starts (default_stack asks for it
+    first) so that it loads beside the default stack instead of after the tests that use that."""
+    up = spawn_up("--hf-models", f"smol={smollm2_gguf()}")
+    try:
+        yield up
     finally:
         up.stop(30)
 
@@ -62,10 +82,10 @@ class DefaultUp(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def default_stack() -> Iterator[DefaultUp]:
+def default_stack(gguf_up: Process) -> Iterator[DefaultUp]:
     """`sluice up` with no model flags. The long answer (some 25 s of decoding, loaded) is asked on a thread
-    as soon as it is up and read by the last test, so the other tests (and the two other `sluice up`
-    starts) run while it decodes instead of after it; in float32 a stream's greedy tokens do not depend on
+    as soon as it is up and read by the last test, so the other tests (and the gated `sluice up`'s start)
+    run while it decodes instead of after it; in float32 a stream's greedy tokens do not depend on
     the streams beside it (docs/kv-cache.md), so the shared server changes no answer."""
     for url in sluice_up():
         with ThreadPoolExecutor(1, thread_name_prefix="long-answer") as pool:
@@ -169,9 +189,9 @@ def test_smollm2_answers_in_the_json_schema_it_is_given(default_up: str) -> None
     assert capital is not None and capital.capital == "Paris", choice.message.content
 
 
-def test_sluice_up_serves_a_gguf_file_given_by_path() -> None:
+def test_sluice_up_serves_a_gguf_file_given_by_path(gguf_up: Process) -> None:
     """Acceptance 1: `sluice up --hf-models smol=PATH.gguf` serves the file, and it answers."""
-    for url in sluice_up("--hf-models", f"smol={smollm2_gguf()}"):
+    for url in serving(gguf_up):
         listed = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
         assert [model["id"] for model in listed] == ["smol"]
         body = {"model": "smol", "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
