@@ -255,7 +255,7 @@ def test_smollm2_without_max_tokens_answers_past_128_tokens_to_its_end(default_s
     """Issue 37, acceptance 4, the case it measured: through the official SDK without max_tokens, a longer
     answer is not cut at 128 tokens (the old --default-max-tokens): it runs to the model's end of turn.
     Last in the module: asked when the stack came up (default_stack), it decoded while the others ran."""
-    answer = default_stack.long_answer.result(timeout=240)
+    answer = default_stack.long_answer.result()  # bounded by the SDK client's own timeout, as before
     choice = answer.choices[0]
     assert choice.finish_reason == "stop", choice  # its end of turn, not `length`
     assert answer.usage is not None and answer.usage.completion_tokens > 128, answer.usage
