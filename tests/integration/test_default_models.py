@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -26,10 +28,14 @@ require("transformers", "gguf")
 SLUICE = str(Path(sys.executable).parent / "sluice")
 
 
-def sluice_up(*flags: str) -> Iterator[str]:
-    """`sluice up FLAGS` on free ports, until the test is done: its HTTP URL, once /readyz says ready."""
+def spawn_up(*flags: str) -> Process:
+    """`sluice up FLAGS` on free ports, started: `serving` waits for it."""
     command = [SLUICE, "up", *flags, "--grpc-port", "0", "--http-port", "0"]
-    up = Process("up", command, cwd=ROOT, die_with_parent=True)
+    return Process("up", command, cwd=ROOT, die_with_parent=True)
+
+
+def serving(up: Process) -> Iterator[str]:
+    """A started `sluice up`'s HTTP URL, once /readyz says ready, until the test is done."""
     try:
         banner = up.wait_for_line(r"sluice up: gRPC on (\S+), HTTP on (\S+); Ctrl-C stops both")
         url = banner.group(2)
@@ -41,9 +47,54 @@ def sluice_up(*flags: str) -> Iterator[str]:
         up.stop(30)
 
 
+def sluice_up(*flags: str) -> Iterator[str]:
+    """`sluice up FLAGS` on free ports, until the test is done: its HTTP URL, once /readyz says ready."""
+    yield from serving(spawn_up(*flags))
+
+
 @pytest.fixture(scope="module")
-def default_up() -> Iterator[str]:
-    yield from sluice_up()
+def gguf_up() -> Iterator[Process]:
+    """`sluice up --hf-models smol=FILE.gguf`, spawned as the module starts (default_stack asks for it
+    first) so that it loads beside the default stack instead of after the tests that use that."""
+    up = spawn_up("--hf-models", f"smol={smollm2_gguf()}")
+    try:
+        yield up
+    finally:
+        up.stop(30)
+
+
+REMOTE_WORK = "What are the pros and cons of remote work?"
+
+
+def ask_without_max_tokens(url: str) -> Any:
+    """Through the official SDK, a question whose answer runs past 128 tokens, without max_tokens."""
+    import openai
+
+    sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    return sdk.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": REMOTE_WORK}], temperature=0
+    )
+
+
+class DefaultUp(NamedTuple):
+    url: str
+    long_answer: Future[Any]  # ask_without_max_tokens, asked as soon as the stack is up
+
+
+@pytest.fixture(scope="module")
+def default_stack(gguf_up: Process) -> Iterator[DefaultUp]:
+    """`sluice up` with no model flags. The long answer (some 25 s of decoding, loaded) is asked on a thread
+    as soon as it is up and read by the last test, so the other tests (and the gated `sluice up`'s start)
+    run while it decodes instead of after it; in float32 a stream's greedy tokens do not depend on
+    the streams beside it (docs/kv-cache.md), so the shared server changes no answer."""
+    for url in sluice_up():
+        with ThreadPoolExecutor(1, thread_name_prefix="long-answer") as pool:
+            yield DefaultUp(url, pool.submit(ask_without_max_tokens, url))
+
+
+@pytest.fixture(scope="module")
+def default_up(default_stack: DefaultUp) -> str:
+    return default_stack.url
 
 
 def test_sluice_up_without_model_flags_serves_smollm2_beside_the_embedded_models(default_up: str) -> None:
@@ -138,25 +189,9 @@ def test_smollm2_answers_in_the_json_schema_it_is_given(default_up: str) -> None
     assert capital is not None and capital.capital == "Paris", choice.message.content
 
 
-def test_smollm2_without_max_tokens_answers_past_128_tokens_to_its_end(default_up: str) -> None:
-    """Issue 37, acceptance 4, the case it measured: through the official SDK without max_tokens, a longer
-    answer is not cut at 128 tokens (the old --default-max-tokens): it runs to the model's end of turn."""
-    import openai
-
-    sdk = openai.OpenAI(base_url=f"{default_up}/v1", api_key="unused", max_retries=0)
-    answer = sdk.chat.completions.create(
-        model="smollm2",
-        messages=[{"role": "user", "content": "What are the pros and cons of remote work?"}],
-        temperature=0,
-    )
-    choice = answer.choices[0]
-    assert choice.finish_reason == "stop", choice  # its end of turn, not `length`
-    assert answer.usage is not None and answer.usage.completion_tokens > 128, answer.usage
-
-
-def test_sluice_up_serves_a_gguf_file_given_by_path() -> None:
+def test_sluice_up_serves_a_gguf_file_given_by_path(gguf_up: Process) -> None:
     """Acceptance 1: `sluice up --hf-models smol=PATH.gguf` serves the file, and it answers."""
-    for url in sluice_up("--hf-models", f"smol={smollm2_gguf()}"):
+    for url in serving(gguf_up):
         listed = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
         assert [model["id"] for model in listed] == ["smol"]
         body = {"model": "smol", "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
@@ -214,3 +249,13 @@ def test_sluice_up_answers_unready_while_a_model_loads_then_ready(tmp_path: Path
         assert up.proc.wait(90) == 0, up.diagnostics()
     finally:
         up.stop(30)
+
+
+def test_smollm2_without_max_tokens_answers_past_128_tokens_to_its_end(default_stack: DefaultUp) -> None:
+    """Issue 37, acceptance 4, the case it measured: through the official SDK without max_tokens, a longer
+    answer is not cut at 128 tokens (the old --default-max-tokens): it runs to the model's end of turn.
+    Last in the module: asked when the stack came up (default_stack), it decoded while the others ran."""
+    answer = default_stack.long_answer.result()  # bounded by the SDK client's own timeout, as before
+    choice = answer.choices[0]
+    assert choice.finish_reason == "stop", choice  # its end of turn, not `length`
+    assert answer.usage is not None and answer.usage.completion_tokens > 128, answer.usage

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from clients import SluiceClient
 from server.runtimes.smollm2 import smollm2_gguf
 from tests.support.packages import require
-from tests.support.processes import ServerProcess, start_server, wait_until
+from tests.support.processes import ServerProcess, await_server, spawn_server, wait_until
 from tests.support.smollm2_reference import smollm2_reference
 from tests.support.threads import one_thread
 
@@ -64,14 +65,17 @@ class Reference:
         model.config.dtype = getattr(torch, dtype)
         return Reference(dtype, self.tokenizer, model)
 
-    def check(self, prompt: str, got: list[int]) -> None:
+    def check(self, prompt: str, got: list[int], expected: list[int] | None = None) -> None:
         """In float32, `got` is generate's greedy tokens exactly. In bfloat16 it is until a step where
         generate's top two logits lie within BF16_TIE: there, which one wins is the rounding of the kernels
         (fused q/k/v and gate/up matmuls, attention blocked differently), and the streams part, as vLLM's
-        check_logprobs_close lets them; `got`'s token must then be one of the tied ones."""
+        check_logprobs_close lets them; `got`'s token must then be one of the tied ones. `expected`: greedy's
+        tokens for `len(got)`, where the caller computed them already (Reference.ahead)."""
         import torch
 
-        expected = self.greedy(prompt, len(got))
+        if expected is None:
+            expected = self.greedy(prompt, len(got))
+        assert len(expected) == len(got), prompt
         if self.dtype == "float32" or got == expected:
             assert got == expected, prompt
             return
@@ -81,6 +85,15 @@ class Reference:
             logits = self.model(ids).logits[0, -1].float()
         gap = float(logits.max() - logits[got[same]])
         assert gap <= BF16_TIE, (prompt, same, got[same], expected[same], gap)
+
+    def ahead(self, cases: list[tuple[str, int]]) -> dict[str, Future[list[int]]]:
+        """generate's greedy tokens for each (prompt, tokens), computed on one thread of this process while
+        the test waits on the server's streams (a server process of its own): the two overlap instead of
+        following each other. The checks read them once all are done (the model runs one call at a time)."""
+        pool = ThreadPoolExecutor(1, thread_name_prefix="reference")
+        futures = {prompt: pool.submit(self.greedy, prompt, tokens) for prompt, tokens in cases}
+        pool.shutdown(wait=False)  # the queued calls still run; the thread ends after the last
+        return futures
 
     def greedy(self, prompt: str, tokens: int) -> list[int]:
         import torch
@@ -100,16 +113,23 @@ def float32_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])
-def served(
-    request: pytest.FixtureRequest, float32_reference: Reference
-) -> Iterator[tuple[ServerProcess, Reference]]:
-    """A server on the file in one dtype (float32 with the tight KV budget that forces preemption)."""
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, Reference]]:
+    """A server on the file in one dtype (float32 with the tight KV budget that forces preemption). The
+    server starts while this process loads the reference (~20 CPU-s where no module built it yet), not
+    after: a start-up is the server process's own imports and load, so the two overlap."""
     dtype = str(request.param)
     flags = BUDGET if dtype == "float32" else ["--context-length", "256"]
-    process = start_server(
+    starting = spawn_server(
         "--hf-models", f"smollm2={smollm2_gguf()}", "--dtype", dtype, "--prefill-chunk-tokens", "16", *flags
     )
-    yield process, float32_reference if dtype == "float32" else float32_reference.cast(dtype)
+    try:
+        float32_reference: Reference = request.getfixturevalue("float32_reference")
+        reference = float32_reference if dtype == "float32" else float32_reference.cast(dtype)
+    except BaseException:
+        starting.terminate()
+        raise
+    process = await_server(starting)
+    yield process, reference
     assert process.terminate() == 0
 
 
@@ -156,21 +176,26 @@ def test_the_gguf_file_runs_on_the_native_decoder_with_its_own_tokenizer(
 
 def test_greedy_tokens_equal_generate_on_the_same_file(served: tuple[ServerProcess, Reference]) -> None:
     process, reference = served
+    expected = reference.ahead(PROMPTS)
     results = run_all(process, PROMPTS)  # side by side: the sequences share steps
     for prompt, n in PROMPTS:
         assert len(results[prompt]) == n, prompt
-        reference.check(prompt, results[prompt])
+    for prompt, _ in PROMPTS:
+        reference.check(prompt, results[prompt], expected[prompt].result())
 
 
 def test_a_prefix_cache_hit_keeps_the_greedy_tokens(served: tuple[ServerProcess, Reference]) -> None:
     process, reference = served
     prompts = [SHARED + "Where is Paris?", SHARED + "Where is Lima?"]
-    cached = []
+    expected = reference.ahead([(prompt, 24) for prompt in prompts])
+    cached, streams = [], {}
     for prompt in prompts:  # one after another: the second finds what the first left
         got, hit = generate(process, prompt, max_tokens=24)
         assert len(got) == 24, prompt
-        reference.check(prompt, got)
+        streams[prompt] = got
         cached.append(hit)
+    for prompt, got in streams.items():
+        reference.check(prompt, got, expected[prompt].result())
     assert cached[1] >= 16, cached
 
 
@@ -181,6 +206,8 @@ def test_preempted_streams_keep_the_greedy_tokens(served: tuple[ServerProcess, R
     before = process.metric("sluice_preemptions_total", model="smollm2") or 0
     low: dict[str, list[int]] = {}
     low_cases = [(prompt, LOW_TOKENS) for prompt in LOW]
+    high_cases = [(prompt, HIGH_TOKENS) for prompt in HIGH]
+    expected = reference.ahead(low_cases + high_cases)
     # A LOW stream writes 100 tokens, is preempted late (once grown) and recomputed: on a loaded machine
     # that is more than the client's default deadline of 30 s.
     slow = {"timeout": 180.0}
@@ -193,9 +220,10 @@ def test_preempted_streams_keep_the_greedy_tokens(served: tuple[ServerProcess, R
         what="the LOW streams have grown to hold the memory",
         timeout=120,
     )
-    high = run_all(process, [(prompt, HIGH_TOKENS) for prompt in HIGH], priority="high", **slow)
+    high = run_all(process, high_cases, priority="high", **slow)
     low_thread.join(timeout=240)
     assert (process.metric("sluice_preemptions_total", model="smollm2") or 0) > before
     for prompt, got in {**low, **high}.items():
         assert len(got) == (LOW_TOKENS if prompt in low else HIGH_TOKENS)
-        reference.check(prompt, got)
+    for prompt, got in {**low, **high}.items():
+        reference.check(prompt, got, expected[prompt].result())

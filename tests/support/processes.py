@@ -25,7 +25,9 @@ __all__ = [
     "Process",
     "ServerProcess",
     "ShimProcess",
+    "await_server",
     "spawn",
+    "spawn_server",
     "start_server",
     "start_servers",
     "start_shim",
@@ -120,6 +122,22 @@ def start_server(
     """`python -m server` on port 0; `fd_limit` starts it with that soft and hard RLIMIT_NOFILE; `env` adds
     to the environment; with SLUICE_TEST_FRONTENDS=N set, behind N front ends (docs/frontends.md)."""
     return _await_server(_spawn_server(flags, fd_limit, env), wait_ready)
+
+
+def spawn_server(*flags: str) -> ServerProcess:
+    """`start_server(*flags)`'s process, spawned but not awaited: the test does its own work (a reference
+    model's load) while the server starts, then calls await_server. Spawn on the test's main thread: the
+    child dies with the thread that spawned it (PR_SET_PDEATHSIG), not only with the process."""
+    return _spawn_server(flags, None)
+
+
+def await_server(server: ServerProcess) -> ServerProcess:
+    """The spawned server once ready; stopped (and the wait's error raised) if it does not get there."""
+    try:
+        return _await_server(server, True)
+    except BaseException:
+        server.terminate()
+        raise
 
 
 def start_servers(count: int, *flags: str) -> list[ServerProcess]:
