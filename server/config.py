@@ -112,6 +112,7 @@ class Settings(ServeFlags):
         _check(not self.kserve_shm or self.frontends == 1, "kserve_shm", "needs --frontends 1")
         _check(self.grace_s >= 0, "grace_s", "must be >= 0")
         _check(self.switch_interval_ms > 0, "switch_interval_ms", "must be > 0")
+        _check(self.infer_switch_interval_ms > 0, "infer_switch_interval_ms", "must be > 0")
         _check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         _check(
             self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR"),

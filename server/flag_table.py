@@ -174,6 +174,11 @@ class ServeFlags(PolicySettings, LoraFlags):
     switch_interval_ms: float = setting(
         0.1, help="the GIL switch interval (CPython's default is 5 ms)", unit="ms"
     )
+    infer_switch_interval_ms: float = setting(
+        0.01,
+        help="the GIL switch interval while an Infer batch computes (eager ops win it back sooner)",
+        unit="ms",
+    )
     log_level: str = setting("INFO", help="DEBUG, INFO, WARNING or ERROR")
     access_log: float = setting(
         0.0, help="fraction of calls that write a JSON access-log line to stderr: 0 none, 1 every call"

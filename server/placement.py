@@ -115,6 +115,7 @@ async def _start_tensor_model(
         breaker=placement.breaker,
         metrics=metrics,
         device_label=placement.label,
+        switch_interval_s=settings.infer_switch_interval_ms / 1000,
     )
     placement.tasks.append(asyncio.create_task(batcher.run(), name=f"batcher-{model.descriptor.name}"))
     return batcher, settings.max_concurrency or plan.max_concurrency

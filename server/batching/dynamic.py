@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from server.batching.oom import OomRecovery, out_of_memory, release_cached_memory
+from server.batching.switch_interval import ComputeInterval
 from server.batching.worker import ModelWorker
 from server.domain import Array, InferItem, InferResult
 from server.errors import DeadlineExpired, ModelFailure, SluiceError
@@ -70,6 +71,7 @@ class DynamicBatcher:
         breaker: MemoryBreaker | None,
         metrics: Metrics,
         device_label: str = "",  # which device's replica, in the metrics (--devices); "": the model's device
+        switch_interval_s: float | None = None,  # the GIL's while a batch computes (None: left as it is)
     ) -> None:
         self.model = model
         self.worker = worker
@@ -81,6 +83,9 @@ class DynamicBatcher:
         name = model.descriptor.name
         self._compute = metrics.compute.labels(name, "Infer", device_label or model.descriptor.device)
         self._batch_size = metrics.batch_size.labels(name, "Infer", device_label or model.descriptor.device)
+        self._interval: contextlib.AbstractContextManager[None] = (
+            ComputeInterval(switch_interval_s) if switch_interval_s else contextlib.nullcontext()
+        )
         self._oom = OomRecovery(name, breaker=breaker, counter=metrics.oom.labels(name))
         self.items_computed = 0
         # A model that keeps TensorModel's one bucket is not asked per call (a Python call per Infer).
@@ -228,7 +233,10 @@ class DynamicBatcher:
             else:
                 live.append(pending)
         ooms: list[str] = []
-        outcomes = self._forward_isolating([p.inputs for p in live], ooms) if live else []
+        outcomes: list[Outcome] = []
+        if live:
+            with self._interval:
+                outcomes = self._forward_isolating([p.inputs for p in live], ooms)
         return _Computed(live, outcomes, expired, started, time.monotonic() - started, ooms)
 
     def _forward_isolating(self, items: Sequence[Mapping[str, Array]], ooms: list[str]) -> list[Outcome]:

@@ -30,6 +30,7 @@ def test_flags_parse_into_settings() -> None:
         (["--default-max-tokens", "5000", "--context-length", "1024"], "default_max_tokens"),
         (["--hf-models", "nameonly"], "hf_models"),
         (["--switch-interval-ms", "0"], "switch_interval_ms"),
+        (["--infer-switch-interval-ms", "0"], "infer_switch_interval_ms"),
         (["--kserve-shm", "true", "--frontends", "2"], "kserve_shm"),  # front ends don't forward the peer
         (["--kserve-shm-max-regions", "0"], "kserve_shm_max_regions"),
     ],
