@@ -58,7 +58,7 @@ def steps_ms(model: Any, *, general: bool, position: int, steps: int, room: int)
     chain.tokens = torch.tensor(first, dtype=torch.long)
     for step in range(steps):
         plan = StepPlan(
-            moves=[], prefills=[], bases=bases, last_tokens=first,
+            moves=[], compactions=[], prefills=[], bases=bases, last_tokens=first,
             prev_rows=[*range(ROWS - 1), -1] if general else list(range(ROWS)),
             positions=[position + step] * ROWS, params=params,
             uniforms=np.random.default_rng(step).random(ROWS), eos_masked=[], logprob_rows=[], processed=[],
