@@ -11,8 +11,7 @@ elementwise pass over the packed bytes (the floor of any unpack made of torch op
 dequantized to bfloat16 per layer (from already unpacked values: a floor too), before any matmul.
 
 Part `steps`: the native decoder's whole step on the GGUF file at positions 150 (prefix 43 + 107), 32
-rows and one, per mode (bfloat16, int4, w8a8_int8 with the tied head on the embedding table, and with
-its own prepacked copy), with each mode's resident weights against float32's.
+rows and one, per mode (bfloat16, int4, w8a8_int8), with each mode's resident weights against float32's.
 
     .venv/bin/python -m bench.int4_batch [--part kernels|steps] [--rows 32] [--repeats 7]
 """
@@ -22,12 +21,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from bench.smollm2 import cpu
 from bench.stats import Spread
-from server.runtimes.quantized import Quantized, _w8a8, prepare, quantize
+from server.runtimes.quantized import _w8a8, prepare, quantize
 
 SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # [N, K]: qkv, o, gate/up, down
 LAYERS = 30
@@ -93,19 +93,26 @@ def kernels(rows: int, repeats: int) -> None:
         "one pass over the packed bytes": each(lambda w, x, n, k: torch.bitwise_and(w["int4"], 15)),
         "int4 values -> bfloat16 dequant alone": each(lambda w, x, n, k: _dequantize(w, n, k)),
     }
+    title = f"every linear layer of one SmolLM2 step ({LAYERS} x 4), {rows} rows, CPU ms, {repeats} repeats:"
+    _report(title, arms, repeats, base="bfloat16 prepacked (dense mode)")
+
+
+def _report(title: str, arms: dict[str, Callable[[], object]], repeats: int, *, base: str) -> None:
+    """Each arm once to warm, then every arm in turn within each repeat (CPU ms); the spread and the ratio
+    of each median to `base`'s."""
     times: dict[str, list[float]] = {name: [] for name in arms}
     for arm in arms.values():
-        arm()  # warm
+        arm()
     for _ in range(repeats):
         for name, arm in arms.items():
             started = time.process_time()
             arm()
             times[name].append((time.process_time() - started) * 1e3)
-    base = Spread.of(times["bfloat16 prepacked (dense mode)"]).median
-    print(f"every linear layer of one SmolLM2 step ({LAYERS} x 4), {rows} rows, CPU ms, {repeats} repeats:")
+    base_ms = Spread.of(times[base]).median
+    print(title)
     for name, values in times.items():
         spread = Spread.of(values)
-        print(f"  {name:<40} {spread.format(1):>20}  {spread.median / base:5.2f}x bfloat16")
+        print(f"  {name:<40} {spread.format(1):>20}  {spread.median / base_ms:5.2f}x bfloat16")
 
 
 def steps(repeats: int) -> None:
@@ -121,10 +128,6 @@ def steps(repeats: int) -> None:
 
     float32 = load("none", torch.float32).weights_bytes()
     models = {"bfloat16": load("none"), "int4": load("int4"), "w8a8_int8": load("w8a8_int8")}
-    copied = models["w8a8_int8 own head"] = load("w8a8_int8")
-    table = copied.embed.table
-    assert table is not None
-    copied.lm_head = prepare(Quantized(table.values, table.scales), "w8a8_int8", torch.bfloat16, cpu_device)
     for name, model in models.items():
         size = model.weights_bytes()
         print(f"  {name:<20} weights {size / 2**20:6.1f} MiB, {size / float32:.3f}x float32's")
@@ -132,20 +135,15 @@ def steps(repeats: int) -> None:
     for rows in (32, 1):
         tokens = torch.randint(0, 49152, (rows,))
         positions, bases = torch.full((rows,), 150), [i * 256 for i in range(rows)]
-        times: dict[str, list[float]] = {name: [] for name in models}
+
+        def step(
+            model: LlamaDecoder, *, inputs: tuple[Any, ...] = (bases, tokens, positions)
+        ) -> Callable[[], object]:
+            return lambda: model.forward([], *inputs)
+
+        title = f"a whole step of {rows} decoding row(s) at position 150, CPU ms, {repeats} repeats:"
         with torch.inference_mode():
-            for model in models.values():
-                model.forward([], bases, tokens, positions)
-            for _ in range(repeats):
-                for name, model in models.items():
-                    started = time.process_time()
-                    model.forward([], bases, tokens, positions)
-                    times[name].append((time.process_time() - started) * 1e3)
-        base = Spread.of(times["bfloat16"]).median
-        print(f"a whole step of {rows} decoding row(s) at position 150, CPU ms, {repeats} repeats:")
-        for name, values in times.items():
-            spread = Spread.of(values)
-            print(f"  {name:<20} {spread.format(1):>20}  {spread.median / base:5.2f}x bfloat16")
+            _report(title, {name: step(model) for name, model in models.items()}, repeats, base="bfloat16")
 
 
 def main() -> None:
