@@ -25,6 +25,7 @@ import torch
 
 from bench.smollm2 import cpu, load_hf
 from server.runtimes.hf_quantized import quantize_linears
+from server.runtimes.quantized import Quantized, embedding_tables
 from server.runtimes.smollm2 import smollm2_gguf
 
 TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1_2.txt"
@@ -47,6 +48,11 @@ def variant(base: Any, setting: str) -> Any:
         return copy.deepcopy(base).to(torch.bfloat16)
     model = copy.deepcopy(base)
     quantize_linears(model, "none" if setting == "float32" else setting, torch.float32, torch.device("cpu"))
+    if setting == "w8a8_int8":  # rows looked up as the native decoder does: in int4 (its head packed above)
+        embedding = model.get_input_embeddings()
+        rows, _ = embedding_tables(embedding.weight.detach(), setting)
+        if isinstance(rows, Quantized):
+            embedding.weight = torch.nn.Parameter(rows.dequantize(), requires_grad=False)
     return model
 
 

@@ -22,7 +22,15 @@ from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
 from server.runtimes.decode_row import direct_group, one_row
 from server.runtimes.decoder_graph import compiled, scripted
-from server.runtimes.quantized import Quantized, RowTable, fuse, head_mode, linear, nbytes, prepare
+from server.runtimes.quantized import (
+    RowTable,
+    embedding_tables,
+    fuse,
+    head_mode,
+    linear,
+    nbytes,
+    prepare,
+)
 from server.runtimes.step_attention import Heads, StepAttention
 
 
@@ -62,8 +70,8 @@ class LlamaDecoder:
         embed = weights[f"{prefix}embed_tokens.weight"]
         # Quantized, the embedding is looked up by row and the output projection packed for the matmul (in
         # int8 under int4 too: quantized.head_mode); tied (no lm_head), both are made from one int8 tensor.
-        rows = embed if quantization == "none" else _rows(embed)
-        head = weights.get("lm_head.weight", rows)
+        rows, tied = embedding_tables(embed, quantization)
+        head = weights.get("lm_head.weight", tied)
         self.embed = RowTable(rows, dtype, device)
         self.lm_head = prepare(head, head_mode(quantization), dtype, device)
         # Gemma's scale is cast to the model's dtype before it multiplies, as its own forward does.
@@ -195,13 +203,6 @@ def _rope(config: Any) -> tuple[torch.Tensor, float]:
 
 def _norm(weight: torch.Tensor, architecture: Architecture) -> torch.Tensor:
     return weight + architecture.norm_offset if architecture.norm_offset else weight
-
-
-def _rows(embed: torch.Tensor | Quantized) -> torch.Tensor | Quantized:
-    """The embedding table to look rows up in: a quantized one as it is, a dense one as int8 per row."""
-    from server.runtimes.quantized import quantize
-
-    return embed if isinstance(embed, Quantized) else quantize(embed, "int8")
 
 
 def _layer(
