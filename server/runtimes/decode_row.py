@@ -13,10 +13,13 @@ token, a copy into a view). A sliding window takes the general path.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from server.runtimes.fbgemm_head import PackedParams, project
 from server.runtimes.quantized import linear
 
 
@@ -39,13 +42,15 @@ def one_row(
     norm: Tensor,
     head: Tensor,
     head_scales: Tensor,
+    packed_head: Optional[PackedParams],  # noqa: UP045 (TorchScript's spelling)
 ) -> Tensor:
     """x [1, width] through every layer: the row writes its key and value at arena token `token` of each
     layer's arena [kv, tokens, dim] and attends tokens [base, base + span). `sin` is the rotary sine with
     its first half negated (which folds the rotation's negation into the table, exactly). `group_size` > 0:
     every projection is int4 packed for the CPU in groups of it, with bfloat16 activations and no bias,
     and its kernel is called directly; 0: `linear`. Returns the logits [1, V]: the final norm and the output
-    projection run in the same call (0.3 of a 14 ms step less than from Python, and the GIL stays free)."""
+    projection run in the same call (0.3 of a 14 ms step less than from Python, and the GIL stays free):
+    `packed_head` where it is FBGEMM's (fbgemm_head.py), else `head` and `head_scales` through `linear`."""
     width = x.shape[1]
     qk_width, half, group = (heads + kv) * dim, dim // 2, heads // kv
     direct = group_size > 0
@@ -88,7 +93,10 @@ def one_row(
             x = x + torch.ops.aten._weight_int4pack_mm_for_cpu(mixed, w[8], group_size, w[13])
         else:
             x = x + linear(mixed, w[8], w[13], w[9])
-    return linear(F.rms_norm(x, [width], norm, eps), head, head_scales, None)
+    h = F.rms_norm(x, [width], norm, eps)
+    if packed_head is not None:
+        return project(h, packed_head)
+    return linear(h, head, head_scales, None)
 
 
 def attend(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
