@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from server.kv.tensors import KvTensors
 from server.runtimes.architectures import Architecture, architecture_of
 from server.runtimes.base import Prefill
-from server.runtimes.decode_row import direct_group, one_row
-from server.runtimes.decoder_graph import compiled, scripted
+from server.runtimes.decode_row import direct_group
+from server.runtimes.decode_row import stack as row_stack
+from server.runtimes.decoder_graph import compiled
 from server.runtimes.fbgemm_head import packed_head, project
 from server.runtimes.quantized import (
     RowTable,
@@ -96,8 +97,9 @@ class LlamaDecoder:
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
         self._cos = self._sin = self._sin_signed = torch.empty(0, device=device)
-        # Each layer's keys and values as views (one_row's), made again where the arena is.
-        self._kv_layers: tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]] = (self._cos, [], [])
+        # one_row's scripted holder of the model's tensors and each layer's keys and values (views), made
+        # again where the arena is.
+        self._row_stack: tuple[torch.Tensor, Any] = (self._cos, None)
 
     def weights_bytes(self) -> int:
         """The resident bytes of the weights (packed ones as packed), for the start-up log and the bench."""
@@ -179,14 +181,15 @@ class LlamaDecoder:
         embedded = self.embed[tokens]
         if self.embedding_scale is not None:
             embedded = embedded * self.embedding_scale
-        if self._kv_layers[0] is not self.kv.k:
-            self._kv_layers = (self.kv.k, list(self.kv.k.unbind(0)), list(self.kv.v.unbind(0)))
+        if self._row_stack[0] is not self.kv.k:
+            shape = (self.heads, self.kv_heads, self.head_dim, self.eps, self._direct_group, self.activation)
+            layers = (list(self.kv.k.unbind(0)), list(self.kv.v.unbind(0)))
+            held = row_stack(*layers, self.weights, shape, self.norm, self.lm_head, self.packed_head)
+            self._row_stack = (self.kv.k, held)
         computing()
-        logits: torch.Tensor = scripted(one_row)(
+        logits: torch.Tensor = self._row_stack[1](
             embedded, self._cos[position : position + 1], self._sin_signed[position : position + 1],
-            base + position, base, position + 1, self._kv_layers[1], self._kv_layers[2], self.weights,
-            self.heads, self.kv_heads, self.head_dim, self.eps, self._direct_group, self.activation,
-            self.norm, *self.lm_head, self.packed_head,
+            base + position, base, position + 1,
         )  # fmt: skip
         return logits
 
