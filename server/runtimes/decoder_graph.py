@@ -162,14 +162,17 @@ def _write_and_attend(
 
 
 class LayerStack(torch.nn.Module):
-    """The layer stack; `activation` (a key of ACTIVATIONS' values) is a TorchScript constant, so the gate's
-    function is chosen once, when the stack is scripted, not per call."""
+    """One model's layer stack; `activation` (a key of ACTIVATIONS' values) is a TorchScript constant, so the
+    gate's function is chosen once, when the stack is scripted, not per call. The weights are its attribute:
+    passed per call as a Python list, each of their ~400 tensors took the GIL back when the call's list was
+    freed (torch hands a tensor's Python object back when its C++ count falls to one: decode_row.RowStack)."""
 
     __constants__ = ["activation"]
 
-    def __init__(self, activation: str) -> None:
+    def __init__(self, activation: str, weights: list[list[Tensor]]) -> None:
         super().__init__()
         self.activation = activation
+        self.weights = weights
 
     def _gate(self, gate: Tensor) -> Tensor:
         if self.activation == "gelu_tanh":
@@ -186,7 +189,6 @@ class LayerStack(torch.nn.Module):
         flat_token: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
-        weights: list[list[Tensor]],
         heads: int,
         kv: int,
         dim: int,
@@ -204,6 +206,7 @@ class LayerStack(torch.nn.Module):
         total, width = x.shape[0], x.shape[1]
         adapted = len(lora_rows) > 0  # no adapter in the step: the base model's ops and nothing more
         qk_width, half = (heads + kv) * dim, dim // 2
+        weights = self.weights
         for index in range(len(weights)):
             w = weights[index]  # as LAYER_WEIGHTS (TorchScript takes no module constants)
             h = F.rms_norm(x, [width], w[0], eps)
@@ -236,13 +239,11 @@ class LayerStack(torch.nn.Module):
         return x
 
 
-def compiled(activation: str = "silu") -> Any:
-    """The scripted layer stack with this MLP activation (compiled once per process and activation)."""
-    if activation not in _STACKS:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            _STACKS[activation] = torch.jit.script(LayerStack(activation))
-    return _STACKS[activation]
+def compiled(activation: str, weights: list[list[Tensor]]) -> Any:
+    """A model's scripted layer stack with this MLP activation, holding its weights (one per model)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.script(LayerStack(activation, weights))
 
 
 def scripted(function: Any) -> Any:
@@ -255,4 +256,3 @@ def scripted(function: Any) -> Any:
 
 
 _COMPILED: dict[Any, Any] = {}
-_STACKS: dict[str, Any] = {}

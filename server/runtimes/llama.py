@@ -94,6 +94,7 @@ class LlamaDecoder:
         # A step of one decoding row takes decode_row.one_row (not with a sliding window: the general path's).
         self._one_row = architecture.window_of(config) is None
         self._direct_group = direct_group(self.weights, dtype)
+        self._stack = compiled(self.activation, self.weights)
         self.kv = KvTensors(len(self.weights), self.kv_heads, self.head_dim, dtype=dtype, device=device)
         self.context_length = 0
         self._cos = self._sin = self._sin_signed = torch.empty(0, device=device)
@@ -163,8 +164,8 @@ class LlamaDecoder:
         if self.embedding_scale is not None:
             embedded = embedded * self.embedding_scale
         computing()
-        x = compiled(self.activation)(
-            embedded, cos, sin, flat_token, self.kv.k, self.kv.v, self.weights,
+        x = self._stack(
+            embedded, cos, sin, flat_token, self.kv.k, self.kv.v,
             self.heads, self.kv_heads, self.head_dim, self.eps, *attention.graph_args(), *lora,
         )  # fmt: skip
         last = attention.last_rows()
