@@ -13,13 +13,13 @@ token, a copy into a view). A sliding window takes the general path.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from server.runtimes.decoder_graph import script
 from server.runtimes.fbgemm_head import PackedParams, project
 from server.runtimes.quantized import linear
 
@@ -127,9 +127,7 @@ class RowStack(torch.nn.Module):
 
 def stack(*args: Any) -> Any:
     """A scripted RowStack (its arguments), made again wherever the arena is."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return torch.jit.script(RowStack(*args))
+    return script(RowStack(*args))
 
 
 def attend(q: Tensor, keys: Tensor, values: Tensor) -> Tensor:

@@ -241,18 +241,21 @@ class LayerStack(torch.nn.Module):
 
 def compiled(activation: str, weights: list[list[Tensor]]) -> Any:
     """A model's scripted layer stack with this MLP activation, holding its weights (one per model)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return torch.jit.script(LayerStack(activation, weights))
+    return script(LayerStack(activation, weights))
 
 
 def scripted(function: Any) -> Any:
     """`function` as TorchScript, compiled once per process (other runtimes' stacks call _attention)."""
     if function not in _COMPILED:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            _COMPILED[function] = torch.jit.script(function)
+        _COMPILED[function] = script(function)
     return _COMPILED[function]
+
+
+def script(target: Any) -> Any:
+    """torch.jit.script with its deprecation warning silenced (a module instance or a function)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.script(target)
 
 
 _COMPILED: dict[Any, Any] = {}
