@@ -50,6 +50,7 @@ from shim.upstream.routing.replicas import Replica, costs, make_replica, probe_r
 
 #: Why a call went where it did: the `reason` label of sluice_shim_routed_total.
 PREFIX, LEAST_LOADED, BALANCED = "prefix", "least_loaded", "balanced"
+_RECORDS = 4096  # calls whose final message may still be read: far more than a shim has running
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +77,11 @@ class PrefixRouting:
         self.rules = rules
         self.replicas = [make_replica(address, open_channel(address)) for address in addresses]
         self.index = PrefixIndex(len(self.replicas), capacity=rules.index_blocks)
-        # By id(call), while it runs: where, why, and the share of its prompt's blocks that replica was sent.
+        # By id(call), until finished() reads it: where, why, and the share of its prompt's blocks that
+        # replica was sent. Not dropped when the call ends: its end can run before the consumer reads its
+        # final message (a short answer's status comes with it), which lost the slow replica's waits and
+        # kept its conversations there (test_fleet_routing, under load). The oldest go past _RECORDS (calls
+        # that failed before a final message); generate() replaces an id a new call reuses.
         self._replica_of: dict[int, tuple[Replica, str, float]] = {}
         self._routed = routed
         self._probe = asyncio.get_running_loop().create_task(
@@ -156,11 +161,13 @@ class PrefixRouting:
             self._routed.labels(replica.address, reason).inc()
         call: GenerateCall = replica.inference.Generate(request, timeout=timeout, metadata=metadata)
         replica.in_flight += 1
+        self._replica_of.pop(id(call), None)  # an id a finished call had: the new one goes last
         self._replica_of[id(call)] = replica, reason, matched / len(hashes) if hashes else 0.0
+        if len(self._replica_of) > _RECORDS:
+            del self._replica_of[next(iter(self._replica_of))]
 
         def done(_: object) -> None:
             replica.in_flight -= 1
-            self._replica_of.pop(id(call), None)
 
         call.add_done_callback(done)
         return call
@@ -174,7 +181,7 @@ class PrefixRouting:
         made its new replica look slow, and moved that one's calls in turn: 256 of 512 in a run). A call
         sent for its prefix also says, by its usage's cached tokens, how much of it the replica still held:
         one that evicts what it is sent is given fewer new conversations (choose's room)."""
-        where = self._replica_of.get(id(call))
+        where = self._replica_of.pop(id(call), None)
         if where is None:
             return
         replica, reason, expected = where

@@ -6,6 +6,7 @@ replica's readiness check reports and its calls' cached tokens correct)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -195,6 +196,27 @@ async def test_a_call_sent_for_its_prefix_reports_its_time_to_first_token(routin
     routing.finished(call, timings)
     assert chosen.wait(time.monotonic()) == pytest.approx(0.3 + 0.3 * 2.7, rel=0.01)
     call.cancel()
+
+
+async def test_a_calls_timings_count_when_its_end_came_before_its_final_message(
+    routing: PrefixRouting,
+) -> None:
+    # A short answer's status arrives with its final message: the call's done callbacks can run before the
+    # consumer reads that message and reports it. The replica's wait must still count it.
+    from google.protobuf.duration_pb2 import Duration
+
+    timings = pb.GenerateTimings(queue_wait=Duration(seconds=2))
+    call = routing.generate(chat(("user", "a prompt long enough for a block or two")), timeout=5, metadata=())
+    chosen = next(r for r in routing.replicas if r.in_flight == 1)
+    ended = asyncio.Event()
+    call.add_done_callback(lambda _: ended.set())  # after routing's own, which was added first
+    call.cancel()
+    await asyncio.wait_for(ended.wait(), 10)
+    assert chosen.in_flight == 0  # routing's done callback ran
+    routing.finished(call, timings)
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.6, rel=0.01)  # 0.3 x 2 s
+    routing.finished(call, timings)  # read once: a second report of the same call changes nothing
+    assert chosen.wait(time.monotonic()) == pytest.approx(0.6, rel=0.01)
 
 
 def place(routing: PrefixRouting, conversations: int, blocks: int = 10, first: int = 0) -> list[int]:
